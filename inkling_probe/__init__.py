@@ -1,8 +1,22 @@
 """inkling-probe: record, compare and localize numerical divergence in LLM inference engines.
 
-Model code calls :func:`probe` at each probe point; with ``INKLING_PROBE`` unset the call
-returns at once. See docs/PROBES.md for the settings and docs/FORMAT.md for the dump format.
+Model code calls :func:`probe` at each probe point; with ``INKLING_PROBE`` unset the call returns at
+once. :func:`record` captures any ``torch.nn.Module`` with forward hooks, :func:`open` reads a dump.
+docs/PROBES.md lists the settings and docs/FORMAT.md the file format.
 """
-from inkling_probe.sink import enabled, probe, step
+from inkling_probe.sink import enabled, probe, recording, step
 
-__all__ = ["probe", "step", "enabled"]
+__all__ = ["probe", "step", "enabled", "recording", "record", "open", "NameMap"]
+
+
+def __getattr__(name):  # heavy parts load on first use, so `import inkling_probe` stays light
+    if name == "record":
+        from inkling_probe.capture import record
+        return record
+    if name == "open":
+        from inkling_probe.store.reader import open_dump
+        return open_dump
+    if name == "NameMap":
+        from inkling_probe.namemap import NameMap
+        return NameMap
+    raise AttributeError(f"module 'inkling_probe' has no attribute {name!r}")

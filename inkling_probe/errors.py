@@ -1,0 +1,20 @@
+"""Errors the toolkit raises for bad input: each carries a one-line message naming the culprit."""
+
+
+class ProbeError(Exception):
+    """Base class: an expected failure with a one-line, user-facing message."""
+
+
+class SettingsError(ProbeError, ValueError):
+    """An ``INKLING_PROBE_*`` variable (or a recording setting) has a bad value."""
+
+
+class DumpError(ProbeError):
+    """A dump is missing, unreadable, from another program, or of an unknown schema."""
+
+
+class KeyNotFound(DumpError, KeyError):
+    """A key (or step, rank) is not in the dump."""
+
+    def __str__(self):
+        return str(self.args[0]) if self.args else ""

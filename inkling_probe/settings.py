@@ -1,0 +1,205 @@
+"""Recording settings, read once from ``INKLING_PROBE_*`` variables and validated up front.
+
+Every variable is documented in :data:`VARIABLES` (shown by ``inkling-probe --help`` and in
+docs/PROBES.md), so there is one place that says what a setting means.
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+from dataclasses import dataclass, field
+
+from inkling_probe.errors import SettingsError
+
+MODES = ("full", "stats", "hash")
+COMPRESSIONS = ("none", "gzip")
+WRITERS = ("process", "inline")
+
+VARIABLES = {
+    "INKLING_PROBE": "dump directory; recording is on when set (unset: probes return at once)",
+    "INKLING_PROBE_INCLUDE": "comma-separated name globs to record (default: all), e.g. 'layers.3.*,logits'",
+    "INKLING_PROBE_EXCLUDE": "comma-separated name globs to skip (applied after INCLUDE)",
+    "INKLING_PROBE_STEPS": "steps to record: 'N', 'A:B' (B exclusive, either may be empty) or 'N,M,...'",
+    "INKLING_PROBE_TOKENS": "token slice 'A:B' (python slice on each probe's token dim), e.g. '0:16', '-1:'",
+    "INKLING_PROBE_MODE": "full (tensors + stats, default) | stats (index row only) | hash (content hash only)",
+    "INKLING_PROBE_RANKS": "ranks that record: 'all' (default) or 'N,M,...'",
+    "INKLING_PROBE_OVERWRITE": "1: replace this rank's files in an existing dump (default: refuse)",
+    "INKLING_PROBE_SEGMENT_MB": "start a new segment file when the current one passes this size (default 1024)",
+    "INKLING_PROBE_PACK_KB": "tensors smaller than this many KiB are stored back to back in one "
+                             "array per step and dtype (default 256; 0: every tensor its own dataset)",
+    "INKLING_PROBE_WRITER": "process (default: stats, hashing and HDF5 writes in a helper process on "
+                            "another core) | inline (all in the recording process)",
+    "INKLING_PROBE_COMPRESS": "none (default) | gzip (stock HDF5 deflate-1 + shuffle, tensors >= 1 MiB)",
+    "INKLING_PROBE_DEBUG": "1: print tracebacks for unexpected errors in the CLI",
+}
+
+
+@dataclass(frozen=True)
+class StepRange:
+    """The steps to record: explicit ids, or a half-open range (either end open)."""
+
+    start: int | None = None
+    stop: int | None = None
+    ids: frozenset[int] | None = None
+
+    def __contains__(self, step: int) -> bool:
+        if self.ids is not None:
+            return step in self.ids
+        return (self.start is None or step >= self.start) and (self.stop is None or step < self.stop)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Validated recording settings; build with :func:`from_env` or :func:`make`."""
+
+    path: str
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    steps: StepRange = field(default_factory=StepRange)
+    tokens: slice | None = None
+    mode: str = "full"
+    ranks: frozenset[int] | None = None
+    overwrite: bool = False
+    segment_mb: float = 1024.0
+    compress: str = "none"
+    pack_kb: float = 256.0
+    writer: str = "process"
+
+    def wants(self, name: str) -> bool:
+        """True when ``name`` passes the include and exclude globs."""
+        if self.include and not any(fnmatch.fnmatchcase(name, g) for g in self.include):
+            return False
+        return not any(fnmatch.fnmatchcase(name, g) for g in self.exclude)
+
+    def rank_records(self, rank: int) -> bool:
+        return self.ranks is None or rank in self.ranks
+
+
+def _globs(var: str, text: str) -> tuple[str, ...]:
+    globs = tuple(g.strip() for g in text.split(",") if g.strip())
+    if text.strip() and not globs:
+        raise SettingsError(f"{var}={text!r}: expected comma-separated name globs")
+    return globs
+
+
+def _int(var: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise SettingsError(f"{var}={text!r}: {text!r} is not an integer") from None
+
+
+def parse_steps(text: str, var: str = "INKLING_PROBE_STEPS") -> StepRange:
+    """Parse 'N', 'A:B' or 'N,M' into a :class:`StepRange`."""
+    text = text.strip()
+    if not text:
+        return StepRange()
+    if ":" in text:
+        a, _, b = text.partition(":")
+        start = _int(var, a) if a.strip() else None
+        stop = _int(var, b) if b.strip() else None
+        if (start is not None and start < 0) or (stop is not None and stop < 0):
+            raise SettingsError(f"{var}={text!r}: steps are >= 0")
+        return StepRange(start=start, stop=stop)
+    ids = frozenset(_int(var, s) for s in text.split(","))
+    if any(i < 0 for i in ids):
+        raise SettingsError(f"{var}={text!r}: steps are >= 0")
+    return StepRange(ids=ids)
+
+
+def parse_tokens(text: str, var: str = "INKLING_PROBE_TOKENS") -> slice | None:
+    """Parse 'A:B' (python slice, negatives allowed) or 'N' (one token)."""
+    text = text.strip()
+    if not text:
+        return None
+    if ":" not in text:
+        n = _int(var, text)
+        return slice(n, n + 1 if n != -1 else None)
+    parts = text.split(":")
+    if len(parts) != 2:
+        raise SettingsError(f"{var}={text!r}: expected 'A:B'")
+    a, b = (p.strip() for p in parts)
+    return slice(_int(var, a) if a else None, _int(var, b) if b else None)
+
+
+def _choice(var: str, text: str, choices: tuple[str, ...]) -> str:
+    value = text.strip().lower()
+    if value not in choices:
+        raise SettingsError(f"{var}={text!r}: expected one of {'|'.join(choices)}")
+    return value
+
+
+def _ranks(var: str, text: str) -> frozenset[int] | None:
+    text = text.strip().lower()
+    if text in ("", "all"):
+        return None
+    ranks = frozenset(_int(var, s) for s in text.split(","))
+    if any(r < 0 for r in ranks):
+        raise SettingsError(f"{var}={text!r}: ranks are >= 0")
+    return ranks
+
+
+def _flag(var: str, text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("", "0", "false", "no"):
+        return False
+    if value in ("1", "true", "yes"):
+        return True
+    raise SettingsError(f"{var}={text!r}: expected 1 or 0")
+
+
+def _size(var: str, text: str, *, allow_zero: bool = False) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise SettingsError(f"{var}={text!r}: expected a number") from None
+    if not (value >= 0 if allow_zero else value > 0):
+        raise SettingsError(f"{var}={text!r}: must be {'>=' if allow_zero else '>'} 0")
+    return value
+
+
+_PARSERS = {
+    "include": ("INKLING_PROBE_INCLUDE", _globs),
+    "exclude": ("INKLING_PROBE_EXCLUDE", _globs),
+    "steps": ("INKLING_PROBE_STEPS", lambda v, t: parse_steps(t, v)),
+    "tokens": ("INKLING_PROBE_TOKENS", lambda v, t: parse_tokens(t, v)),
+    "mode": ("INKLING_PROBE_MODE", lambda v, t: _choice(v, t, MODES)),
+    "ranks": ("INKLING_PROBE_RANKS", _ranks),
+    "overwrite": ("INKLING_PROBE_OVERWRITE", _flag),
+    "segment_mb": ("INKLING_PROBE_SEGMENT_MB", _size),
+    "pack_kb": ("INKLING_PROBE_PACK_KB", lambda v, t: _size(v, t, allow_zero=True)),
+    "writer": ("INKLING_PROBE_WRITER", lambda v, t: _choice(v, t, WRITERS)),
+    "compress": ("INKLING_PROBE_COMPRESS", lambda v, t: _choice(v, t, COMPRESSIONS)),
+}
+
+
+def from_env(environ=None) -> Settings | None:
+    """Settings from ``INKLING_PROBE_*`` variables, or None when ``INKLING_PROBE`` is unset."""
+    env = os.environ if environ is None else environ
+    unknown = sorted(k for k in env if k.startswith("INKLING_PROBE_") and k not in VARIABLES)
+    if unknown:
+        raise SettingsError(f"{unknown[0]}: unknown variable (known: {', '.join(sorted(VARIABLES)[1:])})")
+    path = env.get("INKLING_PROBE", "").strip()
+    if not path:
+        return None
+    values = {name: parse(var, env[var]) for name, (var, parse) in _PARSERS.items() if var in env}
+    return Settings(path=path, **values)
+
+
+def make(path, **overrides) -> Settings:
+    """Settings for a programmatic recording: env values first, then ``overrides``.
+
+    Overrides take the same text forms as the variables (``steps="0:4"``) or parsed values.
+    """
+    base = from_env({**{k: v for k, v in os.environ.items() if k.startswith("INKLING_PROBE_")},
+                     "INKLING_PROBE": os.fspath(path)})
+    values = {}
+    for name, value in overrides.items():
+        if name not in _PARSERS:
+            raise SettingsError(f"{name}: unknown recording setting (known: {', '.join(_PARSERS)})")
+        var, parse = _PARSERS[name]
+        if isinstance(value, str) or (name in ("include", "exclude") and value is not None
+                                      and not isinstance(value, tuple)):
+            value = parse(var, value if isinstance(value, str) else ",".join(value))
+        values[name] = value
+    return Settings(**{**base.__dict__, **values})

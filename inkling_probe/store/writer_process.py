@@ -1,0 +1,170 @@
+"""A writer in its own process, so recording costs the model's process little more than a copy.
+
+The recording process sends each tensor down a pipe (a small marshal header and the stored bytes);
+this process computes statistics and hashes and writes HDF5 on another core. ``step()`` waits for
+the acknowledgement that the step's segment is on disk, so completed steps are durable as before.
+If the recording process dies, this one sees end-of-file, closes the segment it holds (marked as not
+complete) and exits, so even the tensors of a crashed step survive.
+
+Run as ``python -m inkling_probe.store.writer_process`` by :class:`ProcessWriter` only.
+"""
+from __future__ import annotations
+
+import marshal
+import os
+import signal
+import struct
+import subprocess
+import sys
+
+import numpy as np
+
+_FRAME = struct.Struct("<IQ")  # header bytes, payload bytes
+_PIPE_BYTES = 1 << 20
+_BATCH_BYTES = 256 << 10  # small frames are copied into one buffer and sent in one system call
+_F_SETPIPE_SZ = 1031
+
+
+class WriterDied(RuntimeError):
+    """The writer process is gone; the message says why, as far as it said."""
+
+
+class ProcessWriter:
+    """Main-process side: same calls as :class:`~inkling_probe.store.writer.SegmentWriter`."""
+
+    def __init__(self, path, rank: int, world_size: int, **options):
+        env = {k: v for k, v in os.environ.items() if k != "INKLING_PROBE"}
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "inkling_probe.store.writer_process"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0)
+        self._fd = self._proc.stdin.fileno()
+        _grow_pipe(self._fd)
+        self._batch = bytearray()
+        self._send({"op": "open", "path": os.fspath(path), "rank": rank, "world_size": world_size, **options})
+        self._closed = False
+
+    def add(self, row: dict, array: np.ndarray, *, stats: bool = True, store: bool = True,
+            attrs: dict | None = None) -> None:
+        array = np.ascontiguousarray(array)
+        header = {"op": "add", "row": row, "np": array.dtype.str, "shape": array.shape,
+                  "stats": stats, "store": store, "attrs": attrs}
+        self._send(header, memoryview(array).cast("B") if array.size else b"")
+
+    def end_segment(self, complete_through_step: int) -> None:
+        self._send({"op": "end", "step": complete_through_step})
+        self._flush()
+        self._ack()
+
+    def close(self, complete_through_step: int) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._send({"op": "close", "step": complete_through_step})
+        self._flush()
+        self._ack()
+        self._proc.stdin.close()
+        self._proc.wait()
+
+    def _send(self, header: dict, payload=b"") -> None:
+        head = marshal.dumps(header)
+        frame = _FRAME.pack(len(head), len(payload))
+        if len(payload) < _BATCH_BYTES:
+            self._batch += frame
+            self._batch += head
+            self._batch += payload
+            if len(self._batch) >= _BATCH_BYTES:
+                self._flush()
+        else:
+            self._flush()
+            self._write([frame, head, payload])
+
+    def _flush(self) -> None:
+        if self._batch:
+            batch, self._batch = self._batch, bytearray()
+            self._write([batch])
+
+    def _write(self, parts) -> None:
+        try:
+            _write_all(self._fd, parts)
+        except (BrokenPipeError, OSError):
+            raise WriterDied(self._why()) from None
+
+    def _ack(self) -> None:
+        line = self._proc.stdout.readline().decode().strip()
+        if line != "ok":
+            raise WriterDied(line.removeprefix("err ") if line else self._why())
+
+    def _why(self) -> str:
+        line = self._proc.stdout.readline().decode().strip() if self._proc.stdout else ""
+        code = self._proc.wait()
+        return line.removeprefix("err ") or f"inkling-probe writer process exited with code {code}"
+
+
+def _grow_pipe(fd: int) -> None:
+    try:
+        import fcntl
+        fcntl.fcntl(fd, _F_SETPIPE_SZ, _PIPE_BYTES)
+    except (ImportError, OSError):
+        pass  # a smaller pipe only means the recording process waits on the writer sooner
+
+
+def _write_all(fd: int, parts) -> None:
+    views = [memoryview(p).cast("B") for p in parts if len(p)]
+    while views:
+        n = os.writev(fd, views)
+        while views and n >= len(views[0]):
+            n -= len(views[0])
+            views.pop(0)
+        if views and n:
+            views[0] = views[0][n:]
+
+
+# -- the writer process ------------------------------------------------------------------------
+def _read_exact(stream, n: int) -> bytes | None:
+    data = stream.read(n)
+    return data if data is not None and len(data) == n else None
+
+
+def serve(stdin, stdout) -> int:
+    """Apply framed messages from ``stdin`` to a SegmentWriter until close or end-of-file."""
+    from inkling_probe.store.writer import SegmentWriter
+
+    writer, done = None, -1
+    while True:
+        frame = _read_exact(stdin, _FRAME.size)
+        if frame is None:  # the recording process is gone: keep what we have
+            if writer is not None:
+                writer.end_segment(complete_through_step=done)
+            return 0
+        head_len, payload_len = _FRAME.unpack(frame)
+        msg = marshal.loads(_read_exact(stdin, head_len))
+        payload = _read_exact(stdin, payload_len) if payload_len else b""
+        op = msg["op"]
+        if op == "add":
+            array = np.frombuffer(payload, dtype=np.dtype(msg["np"])).reshape(msg["shape"])
+            writer.add(msg["row"], array, stats=msg["stats"], store=msg["store"], attrs=msg["attrs"])
+        elif op == "open":
+            args = {k: v for k, v in msg.items() if k not in ("op", "path", "rank", "world_size")}
+            writer = SegmentWriter(msg["path"], msg["rank"], msg["world_size"], **args)
+        elif op in ("end", "close"):
+            writer.end_segment(complete_through_step=msg["step"])
+            done = msg["step"]
+            stdout.write(b"ok\n")
+            stdout.flush()
+            if op == "close":
+                return 0
+
+
+def main() -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the model; we finish the segment
+    try:
+        return serve(sys.stdin.buffer, sys.stdout.buffer)
+    except Exception as e:  # report one line to the recording process, then exit
+        sys.stdout.buffer.write(f"err inkling-probe writer: {type(e).__name__}: {e}".replace("\n", " ")
+                                .encode() + b"\n")
+        sys.stdout.buffer.flush()
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
