@@ -1,0 +1,68 @@
+"""``inkling-probe ls``: list a dump's tensors with shape, dtype and statistics (index only)."""
+from __future__ import annotations
+
+import click
+
+from inkling_probe.cli.common import BadInput, console, emit_json, finite_or_none, fmt, key_filter, open_dump
+
+_JSON_FIELDS = ("key", "step", "seq", "call", "rank", "shape", "dtype", "shard", "dim", "numel",
+                "mean", "rms", "absmax", "nan", "inf", "hash")
+
+
+@click.command("ls")
+@click.argument("dump", type=click.Path())
+@click.argument("patterns", nargs=-1)
+@click.option("--step", "steps", type=int, multiple=True, help="Only these steps (repeatable).")
+@click.option("--per-rank", is_flag=True, help="One row per rank instead of the combined global view.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def command(dump, patterns, steps, per_rank, as_json):
+    """List the tensors of DUMP (keys matching PATTERNS, name globs) from its index.
+
+    Reads only the index (kilobytes), never tensor data. Sharded tensors are shown in their global
+    shape unless --per-rank.
+    """
+    from inkling_probe.store.summary import global_rows
+
+    d = open_dump(dump)
+    wanted = key_filter(patterns)
+    index = [r for r in d.index if wanted(r["key"]) and (not steps or r["step"] in steps)]
+    if patterns and not index:
+        raise BadInput(f"{dump}: no key matches {' '.join(patterns)!r} ({len(d.keys())} keys)")
+    rows = index if per_rank else global_rows(index)
+    if as_json:
+        emit_json({"dump": dump, "world_size": d.world_size, "ranks": d.ranks,
+                   "unfinished_segments": d.unfinished,
+                   "tensors": [{k: finite_or_none(r[k]) for k in _JSON_FIELDS if k in r} for r in rows]})
+        return
+    _print_table(d, rows, per_rank)
+
+
+def _print_table(d, rows, per_rank: bool) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{d.path}  ({len(d.keys())} keys, ranks {d.ranks} of {d.world_size})",
+                  title_justify="left")
+    for col, just in (("step", "right"), ("key", "left"), ("rank" if per_rank else "shard", "left"),
+                      ("shape", "left"), ("dtype", "left"), ("mean", "right"), ("rms", "right"),
+                      ("absmax", "right"), ("nan", "right"), ("inf", "right")):
+        table.add_column(col, justify=just, no_wrap=col == "key")
+    for r in rows:
+        bad = r["nan"] > 0 or r["inf"] > 0
+        table.add_row(
+            str(r["step"]), r["key"] + (f"#{r['call']}" if r["call"] else ""),
+            str(r["rank"]) if per_rank else _shard_text(r), r["shape_text"], r["dtype"],
+            fmt(r["mean"]), fmt(r["rms"]), fmt(r["absmax"]),
+            *(fmt(r[k]) if r[k] >= 0 else "-" for k in ("nan", "inf")), style="red" if bad else None)
+    out = console()
+    out.print(table)
+    if d.unfinished:
+        out.print(f"[yellow]{len(d.unfinished)} unfinished segment file(s) ignored "
+                  "(the recording process was killed mid-step)[/yellow]")
+
+
+def _shard_text(r: dict) -> str:
+    if r["shard"] == "concat":
+        return f"concat[{r['dim']}] x{len(r['ranks'])}"
+    if r["shard"] == "partial":
+        return f"partial x{len(r['ranks'])}"
+    return "replicated"

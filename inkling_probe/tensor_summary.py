@@ -1,0 +1,50 @@
+"""Value statistics, histograms and slice parsing for one tensor (used by ``show`` and reports)."""
+from __future__ import annotations
+
+import torch
+
+
+def value_stats(t: torch.Tensor) -> dict:
+    """numel, mean, std, rms, min, max, absmax, zeros, nan, inf, in float64 over finite values."""
+    x = t.detach().reshape(-1).double() if t.numel() else torch.zeros(0, dtype=torch.float64)
+    finite = x[torch.isfinite(x)]
+    n = finite.numel()
+    out = {"numel": t.numel(), "nan": int(torch.isnan(x).sum()), "inf": int(torch.isinf(x).sum()),
+           "zeros": int((x == 0).sum())}
+    if n == 0:
+        return {**out, "mean": float("nan"), "std": float("nan"), "rms": float("nan"),
+                "min": float("nan"), "max": float("nan"), "absmax": float("nan")}
+    return {**out, "mean": finite.mean().item(), "std": finite.std(unbiased=False).item(),
+            "rms": finite.square().mean().sqrt().item(), "min": finite.min().item(),
+            "max": finite.max().item(), "absmax": finite.abs().max().item()}
+
+
+def histogram(t: torch.Tensor, bins: int = 24) -> dict:
+    """Equal-width histogram of the finite values: {'edges': [...], 'counts': [...]}."""
+    x = t.detach().reshape(-1).double()
+    x = x[torch.isfinite(x)]
+    if x.numel() == 0:
+        return {"edges": [], "counts": []}
+    lo, hi = x.min().item(), x.max().item()
+    if lo == hi:
+        return {"edges": [lo, hi], "counts": [x.numel()]}
+    counts = torch.histc(x, bins=bins, min=lo, max=hi)
+    step = (hi - lo) / bins
+    return {"edges": [lo + i * step for i in range(bins + 1)], "counts": [int(c) for c in counts.tolist()]}
+
+
+def parse_slice(text: str, ndim: int) -> tuple:
+    """'0:4,:8,3' -> (slice(0, 4), slice(None, 8), 3) for indexing; at most ``ndim`` parts."""
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) > ndim:
+        raise ValueError(f"{len(parts)} indices for a {ndim}-dim tensor")
+    out = []
+    for p in parts:
+        if ":" in p:
+            bits = p.split(":")
+            if len(bits) > 3:
+                raise ValueError(f"bad slice part {p!r}")
+            out.append(slice(*(int(b) if b.strip() else None for b in bits)))
+        else:
+            out.append(int(p))
+    return tuple(out)
