@@ -33,7 +33,18 @@ def console():
 
 
 def emit_json(obj) -> None:
-    click.echo(json.dumps(obj, indent=2, default=_json_default, allow_nan=False))
+    """Print ``obj`` as JSON; NaN and Inf (which JSON lacks) become null."""
+    click.echo(json.dumps(_sanitize(obj), indent=2, default=_json_default, allow_nan=False))
+
+
+def _sanitize(obj):
+    if isinstance(obj, float):
+        return finite_or_none(obj)
+    if isinstance(obj, dict):
+        return {k: _sanitize(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_sanitize(v) for v in obj]
+    return obj
 
 
 def _json_default(v):

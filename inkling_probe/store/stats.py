@@ -25,7 +25,8 @@ def array_stats(array: np.ndarray, storage: str) -> dict:
         a = a.astype(np.float64 if a.dtype.kind in "iub" else np.float32)
     # float32 pairwise sum and BLAS dot: relative error ~1e-6, plenty for a summary (compare
     # computes its metrics in float64). A finite sum and dot mean every value is finite.
-    total, sq = float(a.sum()), float(np.dot(a, a))
+    with np.errstate(over="ignore", invalid="ignore"):
+        total, sq = float(a.sum()), float(np.dot(a, a))
     nan = inf = 0
     if not (np.isfinite(total) and np.isfinite(sq)):
         nan, inf = int(np.isnan(a).sum()), int(np.isinf(a).sum())

@@ -1,0 +1,3 @@
+from inkling_probe.cli import main
+
+main()

@@ -1,0 +1,149 @@
+"""Dumps round-trip bit-exact through the reader, and read as numbers with plain h5py."""
+import glob
+import json
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+import inkling_probe
+from inkling_probe.store.stats import array_stats
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2,
+          torch.int64, torch.int32, torch.uint8, torch.bool, torch.float4_e2m1fn_x2]
+
+
+def _sample(dtype, shape, seed):
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.float4_e2m1fn_x2:
+        return torch.randint(0, 256, shape, generator=g, dtype=torch.uint8).view(dtype)
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=g) > 0.5
+    if not dtype.is_floating_point:
+        return torch.randint(-100 if dtype != torch.uint8 else 0, 100, shape, generator=g).to(dtype)
+    x = torch.randn(shape, generator=g) * 3
+    x.view(-1)[:3] = torch.tensor([float("nan"), float("inf"), -0.0])
+    return x.to(dtype)
+
+
+def _bits(t):
+    return t.contiguous().reshape(-1).view(torch.uint8)
+
+
+def _record(path, tensors, **settings):
+    with inkling_probe.recording(path, **settings):
+        for step in range(2):
+            inkling_probe.step()
+            for key, t in tensors.items():
+                inkling_probe.probe(key, t[step], **({"note": key} if key.startswith("big") else {}))
+
+
+@pytest.fixture(params=["process", "inline"])
+def writer(request):
+    return request.param
+
+
+def _tensors():
+    out = {}
+    for i, dtype in enumerate(DTYPES):
+        name = str(dtype).removeprefix("torch.")
+        out[f"small.{name}"] = [_sample(dtype, (3, 5), 10 * i + s) for s in range(2)]
+        out[f"big.{name}"] = [_sample(dtype, (300, 300), 10 * i + s) for s in range(2)]  # own dataset
+    out["scalar"] = [torch.tensor(1.5), torch.tensor(-2.0)]
+    out["empty"] = [torch.zeros(0, 4), torch.zeros(0, 4)]
+    return out
+
+
+def test_every_dtype_round_trips_bit_exact(tmp_path, writer):
+    tensors = _tensors()
+    _record(tmp_path / "d", tensors, writer=writer)
+    d = inkling_probe.open(tmp_path / "d")
+    assert d.keys() == list(tensors)
+    for key, per_step in tensors.items():
+        for step, want in enumerate(per_step):
+            got = d.tensor(key, step=step)
+            assert got.dtype == want.dtype and got.shape == want.shape, key
+            assert torch.equal(_bits(got), _bits(want)), (key, step)
+    rows = {r["key"]: r for r in d.index if r["step"] == 1}
+    assert rows["small.float32"]["dataset"].startswith("/packs/1/") and rows["small.float32"]["offset"] >= 0
+    assert rows["big.float32"]["dataset"] == "/tensors/1/big.float32" and rows["big.float32"]["offset"] == -1
+    assert rows["big.bfloat16"]["meta"] == {"note": "big.bfloat16"}
+
+
+def test_index_stats_and_hash(tmp_path):
+    x = torch.tensor([[1.0, -4.0], [float("nan"), 3.0]])
+    y = x.clone()
+    with inkling_probe.recording(tmp_path / "d"):
+        inkling_probe.probe("x", x)
+        inkling_probe.probe("y", y)
+        inkling_probe.probe("z", x + 1e-7)
+    rows = {r["key"]: r for r in inkling_probe.open(tmp_path / "d").index}
+    r = rows["x"]
+    assert r["mean"] == 0.0 and r["absmax"] == 4.0 and r["nan"] == 1 and r["inf"] == 0
+    assert r["rms"] == pytest.approx(((1 + 16 + 9) / 3) ** 0.5)
+    assert rows["x"]["hash"] == rows["y"]["hash"] != rows["z"]["hash"]
+    assert r["shape"] == (2, 2) and r["dtype"] == "float32" and r["numel"] == 4
+
+
+def test_plain_h5py_reads_numbers_without_this_package(tmp_path):
+    """A reader with only h5py and numpy: the index, own datasets, packs, upcast bf16."""
+    big = torch.randn(300, 300)
+    small_bf16 = torch.randn(4, 6).bfloat16()
+    with inkling_probe.recording(tmp_path / "d"):
+        inkling_probe.probe("layers.0.big", big)
+        inkling_probe.probe("layers.0.small", small_bf16)
+    (path,) = glob.glob(str(tmp_path / "d" / "rank00000-seg*.h5"))
+    with h5py.File(path, "r") as f:
+        assert f.attrs["format"] == "inkling-probe" and f.attrs["schema_version"] == 1
+        json.loads(f.attrs["run"])
+        index = f["index"][()]
+        keys = [k.decode() for k in index["key"]]
+        assert keys == ["layers.0.big", "layers.0.small"]
+        assert np.array_equal(f["/tensors/0/layers.0.big"][()], big.numpy())
+        row = index[1]
+        assert row["dtype"].decode() == "bfloat16"
+        flat = f[row["dataset"].decode()][row["offset"]: row["offset"] + row["numel"]]
+        shape = tuple(int(s) for s in row["shape"].decode().split("x"))
+        assert flat.dtype == np.float32
+        assert np.array_equal(flat.reshape(shape), small_bf16.float().numpy())
+
+
+def test_segments_roll_over_by_size_and_keep_order(tmp_path):
+    with inkling_probe.recording(tmp_path / "d", segment_mb=0.5):
+        inkling_probe.step()
+        for i in range(6):
+            inkling_probe.probe(f"t{i}", torch.full((300, 300), float(i)))  # 360 KB each
+    files = sorted(glob.glob(str(tmp_path / "d" / "rank00000-seg*.h5")))
+    assert len(files) >= 3
+    d = inkling_probe.open(tmp_path / "d")
+    assert d.keys() == [f"t{i}" for i in range(6)]
+    assert all(d.tensor(f"t{i}")[0, 0].item() == i for i in range(6))
+    assert d.complete_through_step() == 0
+
+
+def test_pack_threshold_zero_gives_every_tensor_its_dataset(tmp_path):
+    with inkling_probe.recording(tmp_path / "d", pack_kb=0):
+        inkling_probe.probe("a", torch.ones(2))
+    assert inkling_probe.open(tmp_path / "d").index[0]["dataset"] == "/tensors/0/a"
+
+
+def test_gzip_option_is_stock_deflate(tmp_path):
+    x = torch.zeros(512, 1024)
+    with inkling_probe.recording(tmp_path / "d", compress="gzip"):
+        inkling_probe.probe("zeros", x)
+    d = inkling_probe.open(tmp_path / "d")
+    assert torch.equal(d.tensor("zeros"), x)
+    with h5py.File(d.segments[0].path, "r") as f:
+        assert f["/tensors/0/zeros"].compression == "gzip"
+
+
+def test_array_stats_match_float64_reference():
+    a = np.random.default_rng(0).standard_normal(10_000).astype(np.float32) * 50
+    s = array_stats(a, "native")
+    ref = a.astype(np.float64)
+    assert s["mean"] == pytest.approx(ref.mean(), abs=1e-4)
+    assert s["rms"] == pytest.approx(np.sqrt((ref ** 2).mean()), rel=1e-6)
+    assert s["absmax"] == np.abs(ref).max()
+    huge = np.array([3e38, 3e38, -1.0], dtype=np.float32)  # float32 sum overflows; stats must not
+    assert array_stats(huge, "native")["mean"] == pytest.approx(2e38, rel=1e-6)

@@ -1,0 +1,114 @@
+"""Module capture on a plain torch model and on transformers' Inkling; hooks never outlive it."""
+import pytest
+import torch
+
+import inkling_probe
+from inkling_probe.capture import flatten
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, x, scale=None):
+        y = self.proj(x)
+        return y * scale, {"pre": y}
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = Block()
+        self.head = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        y, extra = self.block(x, scale=torch.tensor(2.0))
+        return self.head(y + extra["pre"])
+
+
+def _hooks(model):
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+def test_plain_module_outputs_inputs_and_flattening(tmp_path):
+    torch.manual_seed(0)
+    net, x = Net(), torch.randn(3, 4)
+    with torch.no_grad(), inkling_probe.record(net, tmp_path / "d"):
+        out = net(x)
+    d = inkling_probe.open(tmp_path / "d")
+    assert d.keys() == ["in.0", "block.in.0", "block.in.scale", "block.proj.in.0", "block.proj",
+                        "block.0", "block.1.pre", "head.in.0", "head", "output"]
+    with torch.no_grad():
+        pre = net.block.proj(x)
+    assert torch.equal(d.tensor("block.proj"), pre)
+    assert torch.equal(d.tensor("block.0"), pre * 2)
+    assert torch.equal(d.tensor("output"), out)
+    assert d.tensor("block.in.scale").item() == 2.0
+    assert _hooks(net) == 0
+
+
+def test_include_globs_and_outputs_only(tmp_path):
+    net = Net()
+    with torch.no_grad(), inkling_probe.record(net, tmp_path / "d", include="block*", inputs=False):
+        net(torch.randn(2, 4))
+    assert inkling_probe.open(tmp_path / "d").keys() == ["block.proj", "block.0", "block.1.pre"]
+
+
+def test_hooks_removed_when_forward_raises(tmp_path):
+    net = Net()
+    with pytest.raises(RuntimeError):
+        with inkling_probe.record(net, tmp_path / "d"):
+            net(torch.randn(2, 5))  # wrong width: the first Linear raises
+    assert _hooks(net) == 0 and not inkling_probe.enabled()
+    assert inkling_probe.open(tmp_path / "d").keys() == ["in.0", "block.in.0", "block.in.scale", "block.proj.in.0"]
+
+
+def test_record_without_path_needs_recording_on():
+    with pytest.raises(RuntimeError, match="needs recording on"):
+        with inkling_probe.record(Net()):
+            pass
+
+
+def test_flatten_keys():
+    t = torch.zeros(1)
+    assert [k for k, _ in flatten((t, [t, {"a": t, "b": None}]), "m")] == ["m.0", "m.1.0", "m.1.1.a"]
+    assert [k for k, _ in flatten(t, "")] == [""]
+
+
+def _tiny_hf_inkling():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.InklingTextConfig(
+        vocab_size=256, hidden_size=64, num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, swa_num_attention_heads=4, swa_num_key_value_heads=2, swa_head_dim=16,
+        intermediate_size=128, moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2,
+        n_shared_experts=2, sliding_window_size=8, rel_extent=16)
+    torch.manual_seed(0)
+    return transformers.InklingForCausalLM(cfg).eval()
+
+
+def test_transformers_inkling_every_module_and_logits(tmp_path):
+    model = _tiny_hf_inkling()
+    ids = torch.randint(0, 256, (1, 12))
+    with torch.no_grad():
+        want = model(ids).logits
+        with inkling_probe.record(model, tmp_path / "d", inputs=False):
+            model(ids)
+    d = inkling_probe.open(tmp_path / "d")
+    keys = set(d.keys())
+    assert torch.equal(d.tensor("logits"), want)  # the root ModelOutput's field
+    recorded_modules = {k for k in keys if k.startswith("model.layers.")}
+    for i in range(6):
+        assert f"model.layers.{i}.mlp" in keys or f"model.layers.{i}.mlp.0" in keys, i
+    assert len(recorded_modules) > 60
+    assert _hooks(model) == 0
+
+
+def test_transformers_inkling_with_a_name_map(tmp_path):
+    model = _tiny_hf_inkling()
+    rules = tmp_path / "map.toml"
+    rules.write_text("drop_unmatched = true\n[[rule]]\nmatch = 'model\\.layers\\.(\\d+)\\.mlp'\nto = 'layers.\\1.mlp.out'\n"
+                     "[[rule]]\nmatch = 'logits'\nto = 'logits'\n")
+    with torch.no_grad(), inkling_probe.record(model, tmp_path / "d", inputs=False, name_map=rules):
+        model(torch.randint(0, 256, (1, 12)))
+    assert inkling_probe.open(tmp_path / "d").keys() == [f"layers.{i}.mlp.out" for i in range(6)] + ["logits"]
