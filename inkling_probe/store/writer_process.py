@@ -1,7 +1,7 @@
 """A writer in its own process, so recording costs the model's process little more than a copy.
 
-The recording process sends each tensor down a pipe (a small marshal header and the stored bytes);
-this process computes statistics and hashes and writes HDF5 on another core. ``step()`` waits for
+The recording process sends each tensor down a pipe (a small marshal header and, for small tensors,
+the stored bytes; large ones go through a shared-memory ring, see ring.py); this process computes statistics and hashes and writes HDF5 on another core. ``step()`` waits for
 the acknowledgement that the step's segment is on disk, so completed steps are durable as before.
 If the recording process dies, this one sees end-of-file, closes the segment it holds (marked as not
 complete) and exits, so even the tensors of a crashed step survive.
@@ -19,9 +19,13 @@ import sys
 
 import numpy as np
 
+from inkling_probe.store.ring import RingReader, RingWriter, backoff
+
 _FRAME = struct.Struct("<IQ")  # header bytes, payload bytes
 _PIPE_BYTES = 1 << 20
 _BATCH_BYTES = 256 << 10  # small frames are copied into one buffer and sent in one system call
+_RING_MIN_BYTES = 64 << 10  # payloads from this size go through the shared ring, not the pipe
+_RING_BYTES = 64 << 20
 _F_SETPIPE_SZ = 1031
 
 
@@ -40,7 +44,9 @@ class ProcessWriter:
         self._fd = self._proc.stdin.fileno()
         _grow_pipe(self._fd)
         self._batch = bytearray()
-        self._send({"op": "open", "path": os.fspath(path), "rank": rank, "world_size": world_size, **options})
+        self._ring = RingWriter(_RING_BYTES)
+        self._send({"op": "open", "path": os.fspath(path), "rank": rank, "world_size": world_size,
+                    "ring": self._ring.path, "ring_bytes": self._ring.size, **options})
         self._closed = False
 
     def add(self, row: dict, array: np.ndarray, *, stats: bool = True, store: bool = True,
@@ -48,7 +54,17 @@ class ProcessWriter:
         array = np.ascontiguousarray(array)
         header = {"op": "add", "row": row, "np": array.dtype.str, "shape": array.shape,
                   "stats": stats, "store": store, "attrs": attrs}
-        self._send(header, memoryview(array).cast("B") if array.size else b"")
+        if _RING_MIN_BYTES <= array.nbytes <= self._ring.size // 2:
+            header["ring"] = self._ring.put(array, self._wait_for_ring)
+            self._send(header)
+        else:
+            self._send(header, memoryview(array).cast("B") if array.size else b"")
+
+    def _wait_for_ring(self) -> None:
+        self._flush()  # the writer can only free space for messages it has received
+        if self._proc.poll() is not None:
+            raise WriterDied(self._why())
+        backoff()
 
     def end_segment(self, complete_through_step: int) -> None:
         self._send({"op": "end", "step": complete_through_step})
@@ -64,6 +80,7 @@ class ProcessWriter:
         self._ack()
         self._proc.stdin.close()
         self._proc.wait()
+        self._ring.close()
 
     def _send(self, header: dict, payload=b"") -> None:
         head = marshal.dumps(header)
@@ -129,7 +146,7 @@ def serve(stdin, stdout) -> int:
     """Apply framed messages from ``stdin`` to a SegmentWriter until close or end-of-file."""
     from inkling_probe.store.writer import SegmentWriter
 
-    writer, done = None, -1
+    writer, ring, done = None, None, -1
     while True:
         frame = _read_exact(stdin, _FRAME.size)
         if frame is None:  # the recording process is gone: keep what we have
@@ -141,10 +158,19 @@ def serve(stdin, stdout) -> int:
         payload = _read_exact(stdin, payload_len) if payload_len else b""
         op = msg["op"]
         if op == "add":
-            array = np.frombuffer(payload, dtype=np.dtype(msg["np"])).reshape(msg["shape"])
+            where = msg.get("ring")
+            if where is None:
+                array = np.frombuffer(payload, dtype=np.dtype(msg["np"])).reshape(msg["shape"])
+            else:
+                nbytes = int(np.prod(msg["shape"], dtype=np.int64)) * np.dtype(msg["np"]).itemsize
+                array = ring.view(where[0], nbytes, msg["np"], msg["shape"])
             writer.add(msg["row"], array, stats=msg["stats"], store=msg["store"], attrs=msg["attrs"])
+            if where is not None:
+                ring.consumed(where[1])  # add() copied or wrote the data: the space is free again
         elif op == "open":
-            args = {k: v for k, v in msg.items() if k not in ("op", "path", "rank", "world_size")}
+            ring = RingReader(msg["ring"], msg["ring_bytes"])
+            args = {k: v for k, v in msg.items() if k not in ("op", "path", "rank", "world_size", "ring",
+                                                             "ring_bytes")}
             writer = SegmentWriter(msg["path"], msg["rank"], msg["world_size"], **args)
         elif op in ("end", "close"):
             writer.end_segment(complete_through_step=msg["step"])

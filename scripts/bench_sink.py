@@ -1,0 +1,209 @@
+"""Benchmarks of the probe core, each measured side by side in one run (README: Performance).
+
+1. disabled cost: a small model's forward with probe calls present but recording off, vs the same
+   forward with the calls removed (target <= 1.01);
+2. recording throughput and bytes on disk, full mode, vs torch.save of one file per tensor (what
+   SGLang's dumper does) (target: at least as fast, no larger);
+3. record() overhead capturing every module output of transformers' Inkling at the peer table's
+   `tiny` and `small` shapes (MEASURED.md), vs the plain forward (targets <= 2x, <= 1.3x).
+
+Run: .venv/bin/python scripts/bench_sink.py [--only disabled,throughput,record] [--repeats N]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+import time
+
+import torch
+
+import inkling_probe
+from inkling_probe import sink
+
+
+def interleaved(fns: dict, repeats: int) -> dict:
+    """Median seconds of each callable, run in turn ``repeats`` times (after one warm-up each)."""
+    for f in fns.values():
+        f()
+    times = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, f in fns.items():
+            t0 = time.perf_counter()
+            f()
+            times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+# -- 1. disabled cost ----------------------------------------------------------------------------
+class ProbedMLP(torch.nn.Module):
+    """8 residual blocks, 3 probe calls each, and an identical forward without them."""
+
+    def __init__(self, width=256, depth=8):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(torch.nn.Linear(width, width) for _ in range(depth))
+        self.names = [(f"layers.{i}.in", f"layers.{i}.mlp", f"layers.{i}.resid") for i in range(depth)]
+
+    def forward(self, x):  # probe names are built once, as inkling_model's layers do
+        for block, (n_in, n_mlp, n_resid) in zip(self.blocks, self.names):
+            inkling_probe.probe(n_in, x)
+            y = torch.relu(block(x))
+            inkling_probe.probe(n_mlp, y, shard="concat", dim=1)
+            x = x + y
+            inkling_probe.probe(n_resid, x)
+        return x
+
+    def forward_without_probes(self, x):
+        for block in self.blocks:
+            y = torch.relu(block(x))
+            x = x + y
+        return x
+
+
+def bench_disabled(repeats: int) -> None:
+    assert not inkling_probe.enabled()
+    model, x = ProbedMLP().eval(), torch.randn(64, 256)
+    with torch.no_grad():
+        t = interleaved({"removed": lambda: model.forward_without_probes(x),
+                         "disabled": lambda: model(x)}, repeats)
+    print(f"disabled probes: {t['disabled'] * 1e6:.0f} us vs calls removed {t['removed'] * 1e6:.0f} us "
+          f"per forward (24 probe calls): ratio {t['disabled'] / t['removed']:.4f}  (target <= 1.01)")
+
+
+# -- 2. throughput vs torch.save -----------------------------------------------------------------
+def _tensors(total_mb: int):
+    g = torch.Generator().manual_seed(0)
+    sizes = [1 << 17, 1 << 14, 1 << 10]  # 512 KiB, 64 KiB, 4 KiB of float32: large and small tensors
+    out, total = [], 0
+    while total < total_mb << 20:
+        n = sizes[len(out) % 3]
+        out.append(torch.randn(n, generator=g))
+        total += 4 * n
+    return out
+
+
+def _du(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+
+def bench_throughput(total_mb: int, repeats: int) -> None:
+    tensors = _tensors(total_mb)
+    nbytes = sum(t.numel() * 4 for t in tensors)
+    root = tempfile.mkdtemp(prefix="bench-sink-")
+    runs = {"n": 0}
+
+    def ours(writer):
+        runs["n"] += 1
+        with inkling_probe.recording(os.path.join(root, f"h5-{runs['n']}"), writer=writer):
+            for i, t in enumerate(tensors):
+                inkling_probe.probe(f"t.{i}", t)
+
+    def torch_save():
+        runs["n"] += 1
+        out = os.path.join(root, f"pt-{runs['n']}")
+        os.makedirs(out)
+        for i, t in enumerate(tensors):
+            torch.save(t, os.path.join(out, f"t.{i}.pt"))
+
+    t = interleaved({"process": lambda: ours("process"), "inline": lambda: ours("inline"),
+                     "torch.save": torch_save}, repeats)
+    h5 = _du(os.path.join(root, "h5-1"))
+    pt = _du(os.path.join(root, "pt-3"))
+    shutil.rmtree(root)
+    mbs = {k: nbytes / v / 1e6 for k, v in t.items()}
+    print(f"full-mode recording of {len(tensors)} tensors, {nbytes / 1e6:.0f} MB, one recording each "
+          f"(writer start-up included; page cache, no fsync):")
+    for writer in ("process", "inline"):
+        print(f"  inkling-probe writer={writer}: {mbs[writer]:.0f} MB/s vs torch.save per file "
+              f"{mbs['torch.save']:.0f} MB/s: ratio {mbs[writer] / mbs['torch.save']:.2f}x  (target >= 1)")
+    print(f"  bytes on disk: inkling-probe {h5 / 1e6:.1f} MB, torch.save {pt / 1e6:.1f} MB: ratio "
+          f"{h5 / pt:.3f}  (target <= 1)")
+
+
+# -- 3. record() on transformers' Inkling --------------------------------------------------------
+SHAPES = {  # MEASURED.md's peer table: tiny = hidden 128, 6 layers, 8 experts, seq 64; small = 512, 8, 16, 256
+    "tiny": (dict(vocab_size=512, hidden_size=128, num_hidden_layers=6, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=32, swa_num_attention_heads=4, swa_num_key_value_heads=2,
+                  swa_head_dim=32, intermediate_size=256, moe_intermediate_size=64, n_routed_experts=8,
+                  num_experts_per_tok=2, n_shared_experts=2, sliding_window_size=16, rel_extent=32), 64),
+    "small": (dict(vocab_size=2048, hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
+                   num_key_value_heads=2, head_dim=64, swa_num_attention_heads=8, swa_num_key_value_heads=4,
+                   swa_head_dim=64, intermediate_size=1024, moe_intermediate_size=256, n_routed_experts=16,
+                   num_experts_per_tok=4, n_shared_experts=2, sliding_window_size=64, rel_extent=128), 256),
+}
+
+
+def bench_record(shape: str, repeats: int) -> None:
+    from transformers import InklingForCausalLM, InklingTextConfig
+
+    kwargs, seq = SHAPES[shape]
+    torch.manual_seed(0)
+    model = InklingForCausalLM(InklingTextConfig(**kwargs)).eval()
+    ids = torch.randint(0, kwargs["vocab_size"], (1, seq))
+    root = tempfile.mkdtemp(prefix="bench-record-")
+    plain, recorded = [], []
+    with torch.no_grad():
+        model(ids)
+        with inkling_probe.recording(os.path.join(root, "d")) as rec:
+            with inkling_probe.record(model, inputs=False):
+                inkling_probe.step()
+                model(ids)  # warm-up: starts the writer
+                for _ in range(repeats):
+                    # recorded forward: step() first, so it includes waiting for the last step's writes
+                    t0 = time.perf_counter()
+                    inkling_probe.step()
+                    model(ids)
+                    recorded.append(time.perf_counter() - t0)
+                    sink._RECORDER = None  # hooks off the clock: the plain forward below has no hooks
+                    handles = _stash_hooks(model)
+                    t0 = time.perf_counter()
+                    model(ids)
+                    plain.append(time.perf_counter() - t0)
+                    _restore_hooks(model, handles)
+                    sink._RECORDER = rec
+        d = inkling_probe.open(os.path.join(root, "d"))
+        per_step = sum(1 for r in d.index if r["step"] == 1)
+        mb = sum(r["numel"] for r in d.index if r["step"] == 1) * 4 / 1e6
+    shutil.rmtree(root)
+    p, r = statistics.median(plain), statistics.median(recorded)
+    target = {"tiny": 2.0, "small": 1.3}[shape]
+    print(f"record() transformers Inkling {shape} (seq {seq}, {per_step} module outputs, {mb:.1f} MB/forward): "
+          f"plain {p * 1e3:.1f} ms, recorded {r * 1e3:.1f} ms, ratio {r / p:.2f}x  (target <= {target}x)")
+
+
+def _stash_hooks(model):
+    saved = [(m, dict(m._forward_hooks), dict(m._forward_pre_hooks)) for m in model.modules()]
+    for m, _, _ in saved:
+        m._forward_hooks.clear()
+        m._forward_pre_hooks.clear()
+    return saved
+
+
+def _restore_hooks(model, saved):
+    for m, post, pre in saved:
+        m._forward_hooks.update(post)
+        m._forward_pre_hooks.update(pre)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="disabled,throughput,record")
+    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--total-mb", type=int, default=256)
+    args = ap.parse_args()
+    torch.set_num_threads(1)  # as in MEASURED.md's peer table
+    which = set(args.only.split(","))
+    print(f"torch {torch.__version__}, {os.cpu_count()} cores, torch threads 1")
+    if "disabled" in which:
+        bench_disabled(max(args.repeats, 301))
+    if "throughput" in which:
+        bench_throughput(args.total_mb, max(3, args.repeats // 3))
+    if "record" in which:
+        for shape in ("tiny", "small"):
+            bench_record(shape, args.repeats)
+
+
+if __name__ == "__main__":
+    main()
