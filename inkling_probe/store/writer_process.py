@@ -57,6 +57,7 @@ class ProcessWriter:
         if _RING_MIN_BYTES <= array.nbytes <= self._ring.size // 2:
             header["ring"] = self._ring.put(array, self._wait_for_ring)
             self._send(header)
+            self._flush()  # let the writer start on it now, not when the batch fills
         else:
             self._send(header, memoryview(array).cast("B") if array.size else b"")
 
