@@ -155,6 +155,33 @@ def bench_throughput(total_mb: int, repeats: int) -> None:
           f"{h5 / pt:.3f}  (target <= 1)")
 
 
+def bench_compress(repeats: int) -> None:
+    """Does stock gzip pay? fp32 activations vs bf16 activations (stored as exact float32)."""
+    g = torch.Generator().manual_seed(0)
+    sets = {"float32": [torch.randn(1 << 18, generator=g) for _ in range(64)]}
+    sets["bfloat16"] = [t.bfloat16() for t in sets["float32"]]
+    root = tempfile.mkdtemp(prefix="bench-compress-")
+    runs = {"n": 0}
+
+    def rec(name, compress):
+        runs["n"] += 1
+        path = os.path.join(root, f"{name}-{compress}-{runs['n']}")
+        with inkling_probe.recording(path, compress=compress, writer="inline"):
+            for i, t in enumerate(sets[name]):
+                inkling_probe.probe(f"t.{i}", t)
+        return path
+
+    for name, tensors in sets.items():
+        mb = sum(t.numel() * t.element_size() for t in tensors) / 1e6
+        t = interleaved({c: (lambda c=c: rec(name, c)) for c in ("none", "gzip")}, repeats)
+        sizes = {c: _du(rec(name, c)) / 1e6 for c in ("none", "gzip")}
+        print(f"compression, {name} activations ({mb:.0f} MB in memory): none {mb / t['none']:.0f} MB/s "
+              f"{sizes['none']:.0f} MB on disk | gzip-1+shuffle {mb / t['gzip']:.0f} MB/s "
+              f"{sizes['gzip']:.0f} MB on disk ({sizes['none'] / sizes['gzip']:.2f}x smaller, "
+              f"{t['gzip'] / t['none']:.1f}x slower)")
+    shutil.rmtree(root)
+
+
 # -- 3. record() on transformers' Inkling --------------------------------------------------------
 SHAPES = {  # MEASURED.md's peer table: tiny = hidden 128, 6 layers, 8 experts, seq 64; small = 512, 8, 16, 256
     "tiny": (dict(vocab_size=512, hidden_size=128, num_hidden_layers=6, num_attention_heads=4,
@@ -222,7 +249,7 @@ def _restore_hooks(model, saved):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="disabled,throughput,record")
+    ap.add_argument("--only", default="disabled,throughput,compress,record")
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--total-mb", type=int, default=256)
     args = ap.parse_args()
@@ -233,6 +260,8 @@ def main():
         bench_disabled(max(args.repeats, 1001))
     if "throughput" in which:
         bench_throughput(args.total_mb, max(3, args.repeats // 3))
+    if "compress" in which:
+        bench_compress(max(3, args.repeats // 3))
     if "record" in which:
         for shape in ("tiny", "small"):
             bench_record(shape, args.repeats)
