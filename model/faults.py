@@ -1,0 +1,110 @@
+"""Planted faults: known bugs, off by default, switched on by name to test the toolkit's hunt.
+
+Switch on with ``INKLING_FAULT=name[,name...]`` (read at every check, so a spawned rank inherits it)
+or, in tests, ``with faults.activate("name"): ...``. Code that carries a fault asks
+``faults.is_active("name")``. Each entry documents where the error is BORN, as the canonical probe
+key a correct localization must name (:func:`location` gives it for a config).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+ENV = "INKLING_FAULT"
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One planted bug: its name, the file that carries it, what it does, and its true location."""
+
+    name: str
+    carrier: str
+    doc: str
+    locate: Callable[[object], str]
+
+
+def _first_nvfp4_layer(config) -> int:
+    for i in range(config.num_hidden_layers):
+        if config.is_moe(i) and i >= config.quant_first_layer:
+            return i
+    raise ValueError("config has no MoE layer at or after quant_first_layer: no NVFP4 experts")
+
+
+def _first_moe_layer(config) -> int:
+    for i in range(config.num_hidden_layers):
+        if config.is_moe(i):
+            return i
+    raise ValueError("config has no MoE layer")
+
+
+RENORM_LAYER = 1
+RENORM_ROWS = (2, 5)
+
+FAULTS: dict[str, Fault] = {f.name: f for f in (
+    Fault("raw_input_amax", "model/weights.py (weight mapper)",
+          "The mapper renames the checkpoint's raw `input_amax` to input_scale without dividing by "
+          "6 * 448: the activation global scale is 2688x too small and most NVFP4 blocks flush to zero. "
+          "Born in the routed experts of the first NVFP4 layer (layers.3.mlp.experts for tiny, "
+          "quant_first_layer 3).",
+          lambda c: f"layers.{_first_nvfp4_layer(c)}.mlp.experts"),
+    Fault("gate_up_layout", "model/weights.py (weight mapper)",
+          "The mapper treats the interleaved routed-expert w13 ([g0, u0, g1, u1, ...]) as concatenated "
+          "([gate; up]): gate and up rows are mixed. Born in the routed experts of the first MoE "
+          "layer (layers.2.mlp.experts for tiny).",
+          lambda c: f"layers.{_first_moe_layer(c)}.mlp.experts"),
+    Fault("renorm_rows", "model/model.py (decoder layer)",
+          f"Token rows {list(RENORM_ROWS)} (of the forward's flattened tokens) of layer {RENORM_LAYER}'s "
+          "attn_norm output are RMS-normalised a second time with the norm's weight (like vision rows "
+          "re-normalised after being scattered into the text stream). Visible only where that norm "
+          "weight is not all ones. Born at layers.1.attn_norm.",
+          lambda c: f"layers.{RENORM_LAYER}.attn_norm"),
+)}
+
+_context: list[frozenset[str]] = []
+
+
+def _check(names: Iterable[str]) -> frozenset[str]:
+    names = frozenset(n.strip() for n in names if n.strip())
+    unknown = sorted(names - set(FAULTS))
+    if unknown:
+        raise ValueError(f"unknown fault {unknown[0]!r} (known: {', '.join(FAULTS)})")
+    return names
+
+
+def from_env(environ=None) -> frozenset[str]:
+    """The faults named in ``INKLING_FAULT`` (comma-separated)."""
+    return _check((environ if environ is not None else os.environ).get(ENV, "").split(","))
+
+
+def active() -> frozenset[str]:
+    """All faults switched on now (environment and :func:`activate` blocks)."""
+    names = from_env()
+    for ctx in _context:
+        names |= ctx
+    return names
+
+
+def is_active(name: str) -> bool:
+    """True when the fault ``name`` is switched on; an unknown name raises ValueError."""
+    _check([name])
+    return name in active()
+
+
+@contextlib.contextmanager
+def activate(names: str | Iterable[str]):
+    """Switch faults on inside the block (a name, a comma-separated string or an iterable)."""
+    names = _check(names.split(",") if isinstance(names, str) else names)
+    _context.append(names)
+    try:
+        yield names
+    finally:
+        _context.remove(names)
+
+
+def location(name: str, config) -> str:
+    """The canonical probe key where fault ``name`` is born for ``config``."""
+    _check([name])
+    return FAULTS[name].locate(config)

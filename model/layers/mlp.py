@@ -1,0 +1,35 @@
+"""The dense MLP: down(silu(gate) * up) * global_scale, with interleaved w13 (gate even rows, up odd)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import inkling_probe
+from inkling_model.layers.linear import ColumnParallelLinear, RowParallelLinear
+from inkling_model.layers.loading import make_param, replicated_loader
+from inkling_model.parallel import Parallel
+
+
+def swiglu_interleaved(h: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up for interleaved rows [g0, u0, g1, u1, ...] on the last dim."""
+    return F.silu(h[..., 0::2]) * h[..., 1::2]  # [..., I]
+
+
+class DenseMLP(nn.Module):
+    """Dense MLP split over the attention group by intermediate size (row shards of w13 stay paired)."""
+
+    def __init__(self, config, layer_idx: int, tp: Parallel):
+        super().__init__()
+        g, h, inter = tp.attn, config.hidden_size, config.intermediate_size
+        self.prefix = f"layers.{layer_idx}.mlp"
+        self.w13_dn = ColumnParallelLinear(h, 2 * inter, g)
+        self.w2_md = RowParallelLinear(inter, h, g)
+        self.global_scale = make_param((1,), replicated_loader)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.w2_md(swiglu_interleaved(self.w13_dn(x)))  # [T, H]
+        y = y * self.global_scale
+        inkling_probe.probe(f"{self.prefix}.out", y)
+        return y

@@ -1,0 +1,103 @@
+"""InklingForCausalLM: the tensor-parallel Inkling text decoder.
+
+``embed -> embed_norm -> layers -> norm -> unembed(norm(h) / logits_mup_width_multiplier)``, logits
+cut to the used vocabulary rows. Parameter names are the native checkpoint's with ``model.llm.``
+removed (``embed.weight``, ``layers.3.attn.wq_du.weight``, ``layers.3.mlp.experts.w13_weight``, ...);
+each parameter's ``weight_loader(param, full_tensor)`` takes this rank's shard of the full tensor.
+Build on the meta device for shapes only: ``with torch.device("meta"): InklingForCausalLM(cfg)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterable
+
+import torch
+from torch import nn
+
+import inkling_probe
+from inkling_model.config import InklingConfig
+from inkling_model.layers.context import ForwardContext, RequestCache
+from inkling_model.layers.decoder import DecoderLayer
+from inkling_model.layers.embedding import ParallelLMHead, VocabParallelEmbedding
+from inkling_model.layers.loading import replicated_loader
+from inkling_model.layers.norm import RMSNorm
+from inkling_model.parallel import Parallel
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype):
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+class InklingForCausalLM(nn.Module):
+    """The text decoder with its head. ``tp`` (default: one process) gives the process groups.
+
+    Parameters are created uninitialised in ``dtype`` (short convs, router bias and router
+    global_scale in fp32, as transformers keeps them); load them with :meth:`load_weights`.
+    """
+
+    def __init__(self, config: InklingConfig, tp: Parallel | None = None, dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.config, self.tp, self.dtype = config, tp or Parallel(), dtype
+        g, h = self.tp.attn, config.hidden_size
+        with _default_dtype(dtype):
+            self.embed = VocabParallelEmbedding(config.vocab_size, h, g)
+            self.embed_norm = RMSNorm(h, config.rms_norm_eps)
+            self.layers = nn.ModuleList([DecoderLayer(config, i, self.tp) for i in range(config.num_hidden_layers)])
+            self.norm = RMSNorm(h, config.rms_norm_eps)
+            self.unembed = ParallelLMHead(config.vocab_size, h, g)
+
+    def new_cache(self) -> RequestCache:
+        """An empty decode cache for one request."""
+        return RequestCache(self.config.num_hidden_layers)
+
+    def forward(self, input_ids: torch.Tensor, ctx: ForwardContext | None = None,
+                last_only: bool = False) -> torch.Tensor:
+        """Logits [T, V] for the flattened tokens ``input_ids [T]`` of ``ctx``'s requests.
+
+        ``last_only``: only each request's last token ([num_requests, V]), as decode needs.
+        Advances the requests' caches past these tokens.
+        """
+        inkling_probe.step()
+        ctx = ctx or ForwardContext.single(input_ids.shape[0])
+        if input_ids.dim() != 1 or input_ids.shape[0] != ctx.num_tokens:
+            raise ValueError(f"input_ids must be [T] with T = {ctx.num_tokens}, got {tuple(input_ids.shape)}")
+        h = self.embed_norm(self.embed(input_ids))  # [T, H]
+        inkling_probe.probe("embed", h)
+        for layer in self.layers:
+            h = layer(h, ctx)
+        h = self.norm(h)
+        inkling_probe.probe("norm", h)
+        if last_only:
+            h = h[torch.tensor(ctx.seq_lens).cumsum(0) - 1]  # [R, H]
+        logits = self.unembed(h / self.config.logits_mup_width_multiplier)  # [T, V_padded]
+        logits = logits[:, : self.config.logits_vocab_size]  # [T, V]
+        inkling_probe.probe("logits", logits)
+        ctx.advance()
+        return logits
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], strict: bool = True) -> set[str]:
+        """Load (name, FULL tensor) pairs through each parameter's weight_loader; returns the names.
+
+        ``strict``: every parameter must be loaded and every name must exist.
+        """
+        params = dict(self.named_parameters())
+        loaded = set()
+        for name, full in weights:
+            if name not in params:
+                if strict:
+                    raise KeyError(f"checkpoint tensor {name!r} has no parameter in the model")
+                continue
+            param = params[name]
+            getattr(param, "weight_loader", replicated_loader)(param, full)
+            loaded.add(name)
+        missing = sorted(set(params) - loaded)
+        if strict and missing:
+            raise KeyError(f"{len(missing)} parameters not loaded, e.g. {missing[:3]}")
+        return loaded
