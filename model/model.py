@@ -101,3 +101,22 @@ class InklingForCausalLM(nn.Module):
         if strict and missing:
             raise KeyError(f"{len(missing)} parameters not loaded, e.g. {missing[:3]}")
         return loaded
+
+
+def probe_points(config: InklingConfig, scores_bias: bool = True) -> list[str]:
+    """The canonical probe keys one forward of ``config`` records, in execution order.
+
+    Also recorded, not canonical: ``layers.N.mlp.shared_gammas`` (the router's shared-expert weights).
+    ``scores_bias`` is recorded only when a forward holds a single request.
+    """
+    keys = ["embed"]
+    for i in range(config.num_hidden_layers):
+        p = f"layers.{i}"
+        attn = [f"{p}.attn.{k}" for k in ("q", "k", "v", "r")]
+        attn += [f"{p}.attn.scores_bias"] if scores_bias else []
+        keys += [f"{p}.attn_norm", *attn, f"{p}.attn.out", f"{p}.attn.o_proj", f"{p}.attn_sconv",
+                 f"{p}.resid_attn", f"{p}.mlp_norm"]
+        if config.is_moe(i):
+            keys += [f"{p}.mlp.{k}" for k in ("router_logits", "topk_idx", "topk_w", "experts", "shared")]
+        keys += [f"{p}.mlp.out", f"{p}.mlp_sconv", f"{p}.resid"]
+    return keys + ["norm", "logits"]
