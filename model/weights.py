@@ -21,6 +21,7 @@ import torch
 from inkling_model import faults
 from inkling_model.checkpoint import CheckpointError, iter_tensors
 from inkling_model.checkpoint_layout import PREFIX, native_shapes
+from inkling_model.layers.loading import replicated_loader
 from inkling_model.nvfp4 import SCALE_DENOM
 
 SKIPPED_PREFIXES = ("model.visual.", "model.audio.", "model.mtp.")
@@ -100,9 +101,7 @@ def load_items(model: torch.nn.Module, items, config=None, module_prefix: str = 
         if key in done:
             raise CheckpointError(f"{fname}: {name} loaded twice")
         param = params[key]
-        loader = getattr(param, "weight_loader", None)
-        if loader is None:
-            raise CheckpointError(f"{fname}: parameter {key} has no weight_loader")
+        loader = getattr(param, "weight_loader", replicated_loader)  # replicated: exact full shape
         try:
             loader(param, value)
         except ValueError as err:

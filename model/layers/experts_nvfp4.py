@@ -31,7 +31,7 @@ _NOT_TOKENS = 1  # token_dim for [E] scale vectors: past their last dim, so no t
 class NvFp4RoutedExperts(nn.Module):
     """Routed experts of one MoE layer with NVFP4 weights and NVFP4 activation fake-quant."""
 
-    def __init__(self, config, layer_idx: int, tp: Parallel | None = None, dtype=None):
+    def __init__(self, config, layer_idx: int, tp: Parallel | None = None):
         super().__init__()
         tp = tp or Parallel()
         self.layer_idx, self.group = layer_idx, tp.moe
