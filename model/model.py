@@ -45,6 +45,7 @@ class InklingForCausalLM(nn.Module):
     def __init__(self, config: InklingConfig, tp: Parallel | None = None, dtype: torch.dtype = torch.float32):
         super().__init__()
         self.config, self.tp, self.dtype = config, tp or Parallel(), dtype
+        check_parallel(config, self.tp.attn.size, self.tp.moe.size, self.tp.expert_parallel)
         g, h = self.tp.attn, config.hidden_size
         with _default_dtype(dtype):
             self.embed = VocabParallelEmbedding(config.vocab_size, h, g)
@@ -101,6 +102,27 @@ class InklingForCausalLM(nn.Module):
         if strict and missing:
             raise KeyError(f"{len(missing)} parameters not loaded, e.g. {missing[:3]}")
         return loaded
+
+
+def check_parallel(config: InklingConfig, attn_size: int, moe_size: int, expert_parallel: bool = False) -> None:
+    """Raise ValueError (one line) unless every sharded size divides over its group."""
+    sizes = {}
+    for i in sorted({config.layer_types.index(kind) for kind in config.layer_types}):
+        heads, kv_heads, _, _, _ = config.attn_dims(i)
+        kind = "sliding" if config.is_sliding(i) else "full"
+        sizes[f"{kind}-attention heads"] = (heads, attn_size)
+        sizes[f"{kind}-attention kv heads"] = (kv_heads, attn_size)
+    sizes.update({"vocab_size": (config.vocab_size, attn_size),
+                  "intermediate_size": (config.intermediate_size, attn_size),
+                  "moe_intermediate_size (shared experts)": (config.moe_intermediate_size, attn_size)})
+    if expert_parallel:
+        sizes["n_routed_experts"] = (config.n_routed_experts, moe_size)
+    else:
+        sizes["moe_intermediate_size (routed experts)"] = (config.moe_intermediate_size, moe_size)
+    for what, (n, d) in sizes.items():
+        if n % d:
+            group = "attention group" if d == attn_size else "expert group"
+            raise ValueError(f"{what} = {n} does not divide over an {group} of {d} ranks")
 
 
 def probe_points(config: InklingConfig, scores_bias: bool = True) -> list[str]:

@@ -32,14 +32,19 @@ def run_rank(rank: int, world: int, cfg_dict: dict, weights: str, ids: list[int]
 
 
 def run_dp_rank(rank: int, world: int, cfg_dict: dict, weights: str, requests: list[list[int]],
-                dtype: str = "fp32") -> list[torch.Tensor]:
-    """Attention-DP over every rank: rank r serves requests r, r+world, ...; returns their logits."""
-    model = build(cfg_dict, weights, dtype, parallel.init(dp_size=world))
+                dtype: str = "fp32"):
+    """Attention-DP over every rank: rank r serves requests r, r+world, ...
+
+    Returns ({group: (rank, size)}, [logits of each of its requests]).
+    """
+    tp = parallel.init(dp_size=world)
+    model = build(cfg_dict, weights, dtype, tp)
     mine = requests[rank::world]
     ctx = ForwardContext([len(r) for r in mine])
     with torch.no_grad():
         logits = model(torch.tensor([t for r in mine for t in r]), ctx)
-    return list(logits.split(ctx.seq_lens))
+    groups = {name: (g.rank, g.size) for name, g in (("attn", tp.attn), ("dp_peers", tp.dp_peers), ("moe", tp.moe))}
+    return groups, list(logits.split(ctx.seq_lens))
 
 
 def rel_rms(c: torch.Tensor, r: torch.Tensor) -> float:
