@@ -1,0 +1,177 @@
+"""Per-tensor error metrics between a reference ``r`` and a candidate ``c``, accumulated in float64.
+
+- ``rel_rms = ||c - r|| / ||r||`` (2-norms over the positions finite on both sides). A zero
+  reference (``||r|| = 0``) gives ``rel_rms = 0`` when ``c`` is zero there too and ``inf``
+  otherwise; an empty tensor gives 0 (nothing differs).
+- ``cosine = <c, r> / (||c|| ||r||)``; 1 when both are zero, 0 when exactly one is.
+- ``max_abs`` = max |c - r| and ``max_abs_index`` (multi-dim) where it occurs.
+- ``sqnr_db = 10 log10(||r||^2 / ||c - r||^2)``: inf when equal.
+- ``outside`` = fraction of elements with |c - r| > atol + rtol |r| (non-finite mismatches count).
+- ``mismatch`` = fraction of elements not exactly equal (the natural error of ints and bools).
+- NaN/Inf counts per side and the first non-finite index of each; ``nonfinite_mismatch`` counts
+  positions where the two sides disagree about being NaN/+Inf/-Inf (a candidate NaN where the
+  reference is finite is a divergence whatever the other numbers say).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from inkling_probe.compare.values import chunks, flat, unravel, value_shape
+
+METRICS = ("rel_rms", "cosine", "max_abs", "max_rel", "outside", "mismatch")
+
+
+@dataclass
+class Metrics:
+    """Errors of one candidate tensor against its reference (see the module docstring)."""
+
+    numel: int = 0
+    rel_rms: float = 0.0
+    cosine: float = 1.0
+    max_abs: float = 0.0
+    max_abs_index: list | None = None
+    sqnr_db: float = math.inf
+    outside: float = 0.0
+    mismatch: float = 0.0
+    ref_rms: float = 0.0
+    cand_rms: float = 0.0
+    ref_absmax: float = 0.0
+    ref_nan: int = 0
+    ref_inf: int = 0
+    cand_nan: int = 0
+    cand_inf: int = 0
+    ref_first_nonfinite: list | None = None
+    cand_first_nonfinite: list | None = None
+    nonfinite_mismatch: int = 0
+    atol: float = 0.0
+    rtol: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def max_rel(self) -> float:
+        """max |c - r| relative to max |r| (inf for a zero reference that differs)."""
+        return _ratio(self.max_abs, self.ref_absmax)
+
+    @property
+    def exact(self) -> bool:
+        return self.mismatch == 0.0 and self.nonfinite_mismatch == 0
+
+    def error(self, metric: str = "rel_rms") -> float:
+        """The scalar error used for divergence decisions (larger = worse; 0 = identical).
+
+        ``cosine`` gives 1 - cosine; non-finite mismatches make every error inf.
+        """
+        if self.nonfinite_mismatch:
+            return math.inf
+        if metric == "rel_rms":
+            return self.rel_rms
+        if metric == "cosine":
+            return max(0.0, 1.0 - self.cosine)
+        if metric == "max_abs":
+            return self.max_abs
+        if metric == "max_rel":
+            return self.max_rel
+        if metric == "outside":
+            return self.outside
+        if metric == "mismatch":
+            return self.mismatch
+        raise ValueError(f"unknown metric {metric!r} (known: {', '.join(METRICS)})")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("extra")
+        d["max_rel"] = self.max_rel
+        d.update(self.extra)
+        return d
+
+
+class _Acc:
+    """Running float64 sums over chunks."""
+
+    def __init__(self):
+        self.rr = self.cc = self.dd = self.rc = 0.0
+        self.max_abs, self.max_at = -1.0, None
+        self.ref_absmax = 0.0
+        self.outside = self.unequal = 0
+        self.counts = {"ref_nan": 0, "ref_inf": 0, "cand_nan": 0, "cand_inf": 0}
+        self.first = {"ref": None, "cand": None}
+        self.nonfinite_mismatch = 0
+
+    def add(self, start: int, r: torch.Tensor, c: torch.Tensor, atol: float, rtol: float) -> None:
+        rf, cf = torch.isfinite(r), torch.isfinite(c)
+        for side, x, fin in (("ref", r, rf), ("cand", c, cf)):
+            self.counts[f"{side}_nan"] += int(torch.isnan(x).sum())
+            self.counts[f"{side}_inf"] += int(torch.isinf(x).sum())
+            if self.first[side] is None and not bool(fin.all()):
+                self.first[side] = start + int((~fin).nonzero()[0, 0])
+        both = rf & cf
+        same_special = (~rf & ~cf) & ((torch.isnan(r) & torch.isnan(c)) | (r == c))
+        self.nonfinite_mismatch += int((~both & ~same_special).sum())
+        self.unequal += int((~both & ~same_special).sum())
+        r0, c0 = torch.where(both, r, 0.0), torch.where(both, c, 0.0)  # [n] finite-only values
+        d = c0 - r0
+        self.rr += float(r0 @ r0)
+        self.cc += float(c0 @ c0)
+        self.dd += float(d @ d)
+        self.rc += float(r0 @ c0)
+        ad = d.abs()
+        if ad.numel():
+            i = int(ad.argmax())
+            if float(ad[i]) > self.max_abs:
+                self.max_abs, self.max_at = float(ad[i]), start + i
+            self.ref_absmax = max(self.ref_absmax, float(r0.abs().max()))
+        self.outside += int((ad > atol + rtol * r0.abs()).sum()) + int((~both & ~same_special).sum())
+        self.unequal += int((both & (c != r)).sum())
+
+
+def compare_tensors(ref: torch.Tensor, cand: torch.Tensor, atol: float = 0.0, rtol: float = 0.0) -> Metrics:
+    """Metrics of ``cand`` against ``ref`` (same number of values; any dtypes; float64 sums)."""
+    shape = value_shape(ref)
+    r, c = flat(ref), flat(cand)
+    if r.numel() != c.numel():
+        raise ValueError(f"shapes differ: reference {list(shape)} vs candidate {list(value_shape(cand))}")
+    acc = _Acc()
+    for start, (rc, cc) in chunks(r, c):
+        acc.add(start, rc, cc, atol, rtol)
+    return _finish(acc, r.numel(), shape, atol, rtol)
+
+
+def _finish(acc: _Acc, n: int, shape, atol: float, rtol: float) -> Metrics:
+    m = Metrics(numel=n, atol=atol, rtol=rtol, **acc.counts)
+    if n == 0:
+        return m
+    m.rel_rms = _ratio(math.sqrt(acc.dd), math.sqrt(acc.rr))
+    m.cosine = _cosine(acc.rc, acc.rr, acc.cc)
+    m.max_abs = max(acc.max_abs, 0.0)
+    m.max_abs_index = unravel(acc.max_at, shape) if acc.max_at is not None else None
+    m.sqnr_db = math.inf if acc.dd == 0 else (-math.inf if acc.rr == 0 else 10 * math.log10(acc.rr / acc.dd))
+    m.outside = acc.outside / n
+    m.mismatch = acc.unequal / n
+    m.ref_rms, m.cand_rms = math.sqrt(acc.rr / n), math.sqrt(acc.cc / n)
+    m.ref_absmax = acc.ref_absmax
+    m.ref_first_nonfinite = unravel(acc.first["ref"], shape) if acc.first["ref"] is not None else None
+    m.cand_first_nonfinite = unravel(acc.first["cand"], shape) if acc.first["cand"] is not None else None
+    m.nonfinite_mismatch = acc.nonfinite_mismatch
+    return m
+
+
+def _ratio(num: float, den: float) -> float:
+    if den == 0:
+        return 0.0 if num == 0 else math.inf
+    return num / den
+
+
+def _cosine(rc: float, rr: float, cc: float) -> float:
+    if rr == 0 and cc == 0:
+        return 1.0
+    if rr == 0 or cc == 0:
+        return 0.0
+    return max(-1.0, min(1.0, rc / math.sqrt(rr * cc)))
+
+
+def rel_rms(ref: torch.Tensor, cand: torch.Tensor) -> float:
+    """``||c - r|| / ||r||`` in float64 (the conventions of :class:`Metrics`)."""
+    return compare_tensors(ref, cand).rel_rms
