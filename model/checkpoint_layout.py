@@ -14,6 +14,8 @@ ModelOpt-style sidecars, one value per expert:
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 PREFIX = "model.llm."
@@ -95,13 +97,19 @@ def expert_quant(config, i: int) -> str | None:
     return config.expert_quant(i)
 
 
-def native_shapes(config) -> dict[str, tuple[tuple, torch.dtype]]:
+_FROM_CONFIG = object()
+
+
+def native_shapes(config, quant=_FROM_CONFIG) -> dict[str, tuple[tuple, torch.dtype]]:
     """Every tensor of the native text checkpoint: full name -> (shape, dtype).
 
     bf16 everywhere except fp32 router bias/global scales, MLP global scales and short-conv
     weights; routed experts of the layers where config.expert_quant(i) is "nvfp4" are NVFP4
-    (packed weight plus sidecars, module docstring).
+    (packed weight plus sidecars, module docstring). ``quant`` (None or "nvfp4"), when given,
+    replaces config.quant_method.
     """
+    if quant is not _FROM_CONFIG:
+        config = dataclasses.replace(config, quant_method=quant)
     h, v = config.hidden_size, config.vocab_size
     names: dict[str, tuple[tuple, torch.dtype]] = {}
     for key, shape in {"embed.weight": (v, h), "embed_norm.weight": (h,), "norm.weight": (h,),
