@@ -59,11 +59,13 @@ def measure(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: flo
         conf = conform(r, c, ref.first, cand.first)
     except ShapeMismatch as e:
         return Measured("shape", note=str(e))
-    r, c, td = conf.ref, conf.cand, conf.token_dim
+    r, c, td, note = conf.ref, conf.cand, conf.token_dim, conf.note
     del conf
     if is_decision(ref.dtype) and is_decision(cand.dtype):
-        return _decision(r, c, td, rtol)
-    out = Measured("ok", note="")
+        out = _decision(r, c, td, rtol)
+        out.note = note
+        return out
+    out = Measured("ok", note=note)
     if td is not None and not is_packed_fp4(c) and r.dim():
         out.token_rows = r.shape[td]
         rows = set_aside(r.shape[td])

@@ -1,0 +1,102 @@
+"""``inkling-probe compare REF CAND``: where, and why, the candidate leaves the reference.
+
+Exit status: 0 within tolerance, 1 a divergence was found, 2 bad input (one line naming it).
+"""
+from __future__ import annotations
+
+import click
+
+from inkling_probe.cli.common import BadInput, console, emit_json, open_dump
+
+METRICS = ("rel_rms", "cosine", "max_abs", "max_rel", "outside")
+
+
+@click.command("compare")
+@click.argument("ref", type=click.Path())
+@click.argument("cand", type=click.Path())
+@click.option("--control", type=click.Path(), default=None,
+              help="A second reference differing from REF only in a benign factor (fp32 vs bf16, TP=1 vs "
+                   "TP=2): its error per key is the noise floor.")
+@click.option("--map", "name_map", default=None,
+              help="Name map applied to every dump's keys: a TOML file or a shipped map's name.")
+@click.option("--metric", type=click.Choice(METRICS), default="rel_rms", show_default=True,
+              help="The error that decides divergence (cosine: 1 - cos).")
+@click.option("--threshold", type=float, default=None,
+              help="Replaces the dtype default: a key diverges where error > max(THRESHOLD, K x floor).")
+@click.option("-k", "k", type=float, default=4.0, show_default=True, help="Allowed multiple of the control's floor.")
+@click.option("--include", multiple=True, help="Only keys matching this glob (after --map); repeatable.")
+@click.option("--step", "steps", type=int, multiple=True, help="Only this step; repeatable.")
+@click.option("--diverged-only", is_flag=True, help="Table rows: only diverged keys (and the culprit).")
+@click.option("--no-explain", is_flag=True, help="Skip the hypotheses (explain) on the culprit.")
+@click.option("--replay", "replay_key", default=None,
+              help="Also run the candidate module KEY on REF's recorded inputs (needs --ckpt).")
+@click.option("--ckpt", type=click.Path(), default=None, help="inkling_model checkpoint dir for --replay.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def command(ref, cand, control, name_map, metric, threshold, k, include, steps, diverged_only, no_explain,
+            replay_key, ckpt, as_json):
+    """Compare dump CAND against dump REF: the first divergence, the culprit and why.
+
+    Keys align through --map, by step, call and token (the common tokens when the runs batched
+    differently); TP dumps are reassembled. Exit 0 within tolerance, 1 on divergence, 2 on bad input.
+    """
+    from inkling_probe.compare import compare
+    from inkling_probe.errors import ProbeError
+
+    if metric == "max_abs" and threshold is None and control is None:
+        raise BadInput("--metric max_abs has no dtype default: pass --threshold or --control")
+    if replay_key and not ckpt:
+        raise BadInput("--replay needs --ckpt (the candidate's checkpoint dir)")
+    dumps = [open_dump(p) for p in (ref, cand)] + ([open_dump(control)] if control else [])
+    try:
+        with _progress(not as_json) as progress:
+            report = compare(dumps[0], dumps[1], dumps[2] if control else None, name_map=name_map, metric=metric,
+                             threshold=threshold, k=k, include=include or None, steps=set(steps) or None,
+                             explain=not no_explain, progress=progress)
+        replayed = _replay(replay_key, ckpt, dumps[0], report) if replay_key else None
+    except ProbeError as e:
+        raise BadInput(str(e).splitlines()[0]) from None
+    finally:
+        for d in dumps:
+            d.close()
+    if as_json:
+        doc = report.to_dict()
+        if replayed is not None:
+            doc["replay"] = replayed
+        emit_json(doc)
+    else:
+        from inkling_probe.cli.compare_view import render
+        render(console(), report, diverged_only, replayed)
+    if report.diverged:  # SystemExit, not ctx.exit: standalone_mode=False would turn Exit into a return value
+        raise SystemExit(1)
+
+
+def _replay(key, ckpt, ref_dump, report):
+    from inkling_probe.compare.model_replay import replay_checkpoint
+
+    return replay_checkpoint(ckpt, ref_dump, key, report)
+
+
+class _progress:
+    """A transient rich progress bar on stderr (only on a terminal); yields the callback."""
+
+    def __init__(self, enabled: bool):
+        import sys
+
+        self.enabled = enabled and sys.stderr.isatty()
+        self.bar = None
+
+    def __enter__(self):
+        if not self.enabled:
+            return None
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self.bar = Progress(TextColumn("comparing"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.description}"), console=Console(stderr=True), transient=True)
+        self.bar.__enter__()
+        task = self.bar.add_task("", total=None)
+        return lambda done, total, key: self.bar.update(task, completed=done, total=total, description=key)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
