@@ -22,7 +22,7 @@ from .checkpoint_layout import PREFIX, native_shapes
 
 INDEX_NAME = "model.safetensors.index.json"
 MASSIVE_CHANNEL = 5     # residual channel that carries the massive activation
-MASSIVE_GAIN = 45.0     # mlp_norm weight on that channel (the MLP input weights divide by it)
+MASSIVE_GAIN = 45.0     # mlp_norm weight on that channel at hidden 128 (the MLP input weights divide by it)
 DEFAULT_SHARD_BYTES = 512 * 2**20
 
 
@@ -38,6 +38,15 @@ def massive_token(config) -> int:
     """Token id that carries the planted massive activation (the BOS token, else 0)."""
     bos = getattr(config, "bos_token_id", None)
     return 0 if bos is None else int(bos)
+
+
+def massive_gain(config) -> float:
+    """mlp_norm weight of the massive channel: 45 at hidden 128, scaled by sqrt(128 / hidden).
+
+    After RMSNorm a token dominated by one channel has ~sqrt(hidden) there, so this keeps the
+    BOS token's MoE input at ~300-400x the typical value for every preset.
+    """
+    return MASSIVE_GAIN * math.sqrt(128 / config.hidden_size)
 
 
 def _tensor_seed(seed: int, name: str) -> int:
@@ -67,7 +76,7 @@ def _init(name: str, shape: tuple, gen: torch.Generator) -> torch.Tensor:
 
 def _plant_massive(t: dict[str, torch.Tensor], config) -> None:
     """Give the BOS token a massive residual channel that only the MLP input norms amplify."""
-    c, g, bos = MASSIVE_CHANNEL, MASSIVE_GAIN, massive_token(config)
+    c, g, bos = MASSIVE_CHANNEL, massive_gain(config), massive_token(config)
     embed = t[PREFIX + "embed.weight"]  # [V, H]
     embed[:, c] = 0.0
     embed[bos] = 0.0
