@@ -82,11 +82,12 @@ def _globs(var: str, text: str) -> tuple[str, ...]:
     return globs
 
 
-def _int(var: str, text: str) -> int:
+def _int(var: str, part: str, whole: str | None = None) -> int:
     try:
-        return int(text)
+        return int(part)
     except ValueError:
-        raise SettingsError(f"{var}={text!r}: {text!r} is not an integer") from None
+        shown = whole if whole is not None else part
+        raise SettingsError(f"{var}={shown!r}: {part.strip()!r} is not an integer") from None
 
 
 def parse_steps(text: str, var: str = "INKLING_PROBE_STEPS") -> StepRange:
@@ -96,12 +97,12 @@ def parse_steps(text: str, var: str = "INKLING_PROBE_STEPS") -> StepRange:
         return StepRange()
     if ":" in text:
         a, _, b = text.partition(":")
-        start = _int(var, a) if a.strip() else None
-        stop = _int(var, b) if b.strip() else None
+        start = _int(var, a, text) if a.strip() else None
+        stop = _int(var, b, text) if b.strip() else None
         if (start is not None and start < 0) or (stop is not None and stop < 0):
             raise SettingsError(f"{var}={text!r}: steps are >= 0")
         return StepRange(start=start, stop=stop)
-    ids = frozenset(_int(var, s) for s in text.split(","))
+    ids = frozenset(_int(var, s, text) for s in text.split(","))
     if any(i < 0 for i in ids):
         raise SettingsError(f"{var}={text!r}: steps are >= 0")
     return StepRange(ids=ids)
@@ -113,13 +114,13 @@ def parse_tokens(text: str, var: str = "INKLING_PROBE_TOKENS") -> slice | None:
     if not text:
         return None
     if ":" not in text:
-        n = _int(var, text)
+        n = _int(var, text, text)
         return slice(n, n + 1 if n != -1 else None)
     parts = text.split(":")
     if len(parts) != 2:
         raise SettingsError(f"{var}={text!r}: expected 'A:B'")
     a, b = (p.strip() for p in parts)
-    return slice(_int(var, a) if a else None, _int(var, b) if b else None)
+    return slice(_int(var, a, text) if a else None, _int(var, b, text) if b else None)
 
 
 def _choice(var: str, text: str, choices: tuple[str, ...]) -> str:
@@ -133,7 +134,7 @@ def _ranks(var: str, text: str) -> frozenset[int] | None:
     text = text.strip().lower()
     if text in ("", "all"):
         return None
-    ranks = frozenset(_int(var, s) for s in text.split(","))
+    ranks = frozenset(_int(var, s, text) for s in text.split(","))
     if any(r < 0 for r in ranks):
         raise SettingsError(f"{var}={text!r}: ranks are >= 0")
     return ranks

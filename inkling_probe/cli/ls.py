@@ -28,7 +28,10 @@ def command(dump, patterns, steps, per_rank, as_json):
     index = [r for r in d.index if wanted(r["key"]) and (not steps or r["step"] in steps)]
     if patterns and not index:
         raise BadInput(f"{dump}: no key matches {' '.join(patterns)!r} ({len(d.keys())} keys)")
-    rows = index if per_rank else global_rows(index)
+    if steps and not index:
+        have = sorted({r["step"] for r in d.index})
+        raise BadInput(f"{dump}: no step {', '.join(map(str, steps))} (steps {have[0]}..{have[-1]})")
+    rows = index if per_rank else global_rows(index, d.world_size)
     if as_json:
         emit_json({"dump": dump, "world_size": d.world_size, "ranks": d.ranks,
                    "unfinished_segments": d.unfinished,
@@ -61,6 +64,8 @@ def _print_table(d, rows, per_rank: bool) -> None:
 
 
 def _shard_text(r: dict) -> str:
+    if r.get("incomplete"):
+        return f"{r['shard']} shard, ranks {r['ranks']} only"
     if r["shard"] == "concat":
         return f"concat[{r['dim']}] x{len(r['ranks'])}"
     if r["shard"] == "partial":

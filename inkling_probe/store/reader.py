@@ -103,7 +103,7 @@ class Dump:
 
     def _assemble(self, key: str, rows: list[dict]) -> torch.Tensor:
         layout = rows[0]["shard"]
-        if len(rows) == 1 or layout == "replicated":
+        if layout == "replicated" or (len(rows) == 1 and self.world_size == 1):
             return self._load(rows[0])
         world = {r["rank"] for r in rows}
         if len(world) != self.world_size:

@@ -10,11 +10,11 @@ import math
 from collections import defaultdict
 
 
-def global_rows(index: list[dict]) -> list[dict]:
+def global_rows(index: list[dict], world_size: int) -> list[dict]:
     """Combine per-rank index rows into global rows, in execution order."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in index:
-        groups[(r["key"], r["step"], r["call"])].append(r)
+        groups[(r["key"], r["step"], r["call"])].append({**r, "world_size": world_size})
     out = [_combine(sorted(rows, key=lambda r: r["rank"])) for rows in groups.values()]
     return sorted(out, key=lambda r: (r["step"], r["seq"]))
 
@@ -22,8 +22,9 @@ def global_rows(index: list[dict]) -> list[dict]:
 def _combine(rows: list[dict]) -> dict:
     first = dict(rows[0])
     first["ranks"] = [r["rank"] for r in rows]
-    if len(rows) == 1 or first["shard"] == "replicated":
-        return first
+    first["incomplete"] = first["shard"] != "replicated" and len(rows) < first.get("world_size", len(rows))
+    if first["shard"] == "replicated" or len(rows) == 1 or first["incomplete"]:
+        return first  # one rank's shard when others did not record it: ls says so
     if first["shard"] == "partial":
         return {**first, "mean": math.nan, "rms": math.nan, "absmax": math.nan, "nan": -1, "inf": -1,
                 "hash": ""}

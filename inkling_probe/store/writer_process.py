@@ -143,20 +143,30 @@ def _read_exact(stream, n: int) -> bytes | None:
     return data if data is not None and len(data) == n else None
 
 
+def _read_message(stdin):
+    """(header, payload), or (None, None) at end of file, also one that cuts a message short."""
+    frame = _read_exact(stdin, _FRAME.size)
+    if frame is None:
+        return None, None
+    head_len, payload_len = _FRAME.unpack(frame)
+    head = _read_exact(stdin, head_len)
+    payload = _read_exact(stdin, payload_len) if payload_len else b""
+    if head is None or payload is None:
+        return None, None
+    return marshal.loads(head), payload
+
+
 def serve(stdin, stdout) -> int:
     """Apply framed messages from ``stdin`` to a SegmentWriter until close or end-of-file."""
     from inkling_probe.store.writer import SegmentWriter
 
     writer, ring, done = None, None, -1
     while True:
-        frame = _read_exact(stdin, _FRAME.size)
-        if frame is None:  # the recording process is gone: keep what we have
+        msg, payload = _read_message(stdin)
+        if msg is None:  # the recording process is gone (maybe mid-message): keep what we have
             if writer is not None:
                 writer.end_segment(complete_through_step=done)
             return 0
-        head_len, payload_len = _FRAME.unpack(frame)
-        msg = marshal.loads(_read_exact(stdin, head_len))
-        payload = _read_exact(stdin, payload_len) if payload_len else b""
         op = msg["op"]
         if op == "add":
             where = msg.get("ring")

@@ -151,10 +151,6 @@ def test_rank_filter_records_rank_0_only(two_ranks):
     assert torch.equal(d.tensor("partial", 1, rank=0), partial_part(1, 0))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: Dump._assemble (store/reader.py:106) returns the one recorded shard when only one of "
-    "world_size ranks recorded a concat/partial key (`len(rows) == 1` short-cut), instead of "
-    "raising the 'can't reassemble (pass rank=)' DumpError"))
 @pytest.mark.parametrize("key", ["concat", "partial"])
 def test_rank_filtered_shard_is_not_passed_off_as_the_global_tensor(two_ranks, key):
     d = inkling_probe.open(two_ranks[1])

@@ -107,9 +107,6 @@ def test_show_no_such_step(dump):
     assert line.endswith("(steps: [0, 1])")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: `ls DUMP --step 9` (cli/ls.py:29) filters to nothing and prints an empty table with exit 0; "
-    "the empty-result check only runs when PATTERNS are given"))
 def test_ls_no_such_step(dump):
     assert_one_line_error(run("ls", dump, "--step", "9"), dump, "9")
 

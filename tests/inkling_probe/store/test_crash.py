@@ -255,13 +255,7 @@ def _add_frame(key: str, seq: int, array: np.ndarray) -> bytes:
                    "store": True, "attrs": None}, array.tobytes())
 
 
-_HALF_FRAME_BUG = pytest.mark.xfail(strict=True, reason=(
-    "bug: writer_process.serve() (lines 158-164) hands _read_exact's None (half a frame at end-of-file) to "
-    "marshal.loads / np.frombuffer, raises TypeError and leaves the segment as .tmp"))
-
-
-@pytest.mark.parametrize("cut", ["whole", "in_frame_size", pytest.param("in_header", marks=_HALF_FRAME_BUG),
-                                 pytest.param("in_payload", marks=_HALF_FRAME_BUG)])
+@pytest.mark.parametrize("cut", ["whole", "in_frame_size", "in_header", "in_payload"])
 def test_writer_process_finishes_its_segment_at_end_of_file(tmp_path, cut):
     """The recorder killed while writing a frame leaves part of a frame in the pipe: the writer must
     still keep the whole frames before it (docstring: 'even the tensors of a crashed step survive')."""
