@@ -12,8 +12,6 @@ only: the reference runs no activation quantization). Nothing is downloaded.
 from __future__ import annotations
 
 import dataclasses
-import json
-from pathlib import Path
 
 import torch
 
@@ -120,14 +118,9 @@ def hf_model_from_tensors(config, tensors: dict[str, torch.Tensor], dtype=torch.
     return model.eval()
 
 
-def read_config(ckpt_dir) -> dict:
-    """config.json of a checkpoint dir as a dict."""
-    path = Path(ckpt_dir) / "config.json"
-    if not path.exists():
-        raise CheckpointError(f"{ckpt_dir}: no config.json")
-    return json.loads(path.read_text())
-
-
 def load_hf_model(ckpt_dir, dtype: torch.dtype = torch.float32):
     """transformers' InklingForCausalLM holding a native checkpoint dir (NVFP4 experts dequantized)."""
-    return hf_model_from_tensors(read_config(ckpt_dir), read_tensors(ckpt_dir), dtype=dtype)
+    from .config import InklingConfig
+
+    config = InklingConfig.from_pretrained(ckpt_dir)  # also reads checkpoint-only spellings
+    return hf_model_from_tensors(config, read_tensors(ckpt_dir), dtype=dtype)
