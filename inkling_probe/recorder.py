@@ -96,7 +96,8 @@ class Recorder:
             "key": name, "step": self.step_id, "seq": seq, "call": call, "rank": self.rank,
             "shape": schema.shape_text(t.shape), "dtype": dtype_name(t.dtype), "storage": storage,
             "shard": shard, "dim": schema.NO_DIM if dim is None else dim % tensor.dim(),
-            "token_dim": token_dim, "token_start": token_start, "numel": t.numel(),
+            "token_dim": schema.NO_DIM if token_dim is None else token_dim, "token_start": token_start,
+            "numel": t.numel(),
             "meta": json.dumps(meta, sort_keys=True, default=str) if meta else "",
         }
         writer.add(row, array, stats=s.mode != "hash", store=s.mode == "full", attrs=_attrs(row))
@@ -111,8 +112,8 @@ def _check_layout(name: str, tensor: torch.Tensor, shard: str, dim) -> None:
         raise SettingsError(f"probe name {name!r}: must be non-empty and contain no '/'")
 
 
-def _slice_tokens(t: torch.Tensor, tokens: slice | None, token_dim: int):
-    if tokens is None or t.dim() <= token_dim:
+def _slice_tokens(t: torch.Tensor, tokens: slice | None, token_dim: int | None):
+    if tokens is None or token_dim is None or t.dim() <= token_dim:
         return t, 0
     start, _, _ = tokens.indices(t.shape[token_dim])
     return t[(slice(None),) * token_dim + (tokens,)], start

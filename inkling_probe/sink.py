@@ -19,7 +19,8 @@ def probe(name, tensor, *, shard="replicated", dim=None, token_dim=0, **meta):
 
     ``shard`` declares how this rank's tensor relates to the global one: ``"replicated"`` (every
     rank holds it), ``"concat"`` (rank shards concatenate along ``dim``) or ``"partial"`` (the global
-    value is the sum over ranks). ``token_dim`` is the dim a token slice applies to; ``meta`` keys
+    value is the sum over ranks). ``token_dim`` is the dim a token slice applies to (None: the
+    tensor has no token dim and is never sliced); ``meta`` keys
     (JSON-able) are stored with the tensor.
     """
     if _RECORDER is None:

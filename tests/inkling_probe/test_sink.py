@@ -47,7 +47,9 @@ def test_token_slice_on_declared_token_dim(tmp_path):
     with inkling_probe.recording(tmp_path / "d", tokens="-3:"):
         inkling_probe.probe("x", x, token_dim=1)
         inkling_probe.probe("scalar", torch.tensor(5.0))
+        inkling_probe.probe("scales", torch.arange(10.0), token_dim=None)  # not per token: never sliced
     d = inkling_probe.open(tmp_path / "d")
+    assert torch.equal(d.tensor("scales"), torch.arange(10.0))
     assert torch.equal(d.tensor("x"), x[:, -3:])
     row = [r for r in d.index if r["key"] == "x"][0]
     assert row["token_start"] == 7 and row["token_dim"] == 1
