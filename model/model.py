@@ -75,11 +75,14 @@ class InklingForCausalLM(nn.Module):
             h = layer(h, ctx)
         h = self.norm(h)
         inkling_probe.probe("norm", h)
-        if last_only:
-            h = h[torch.tensor(ctx.seq_lens).cumsum(0) - 1]  # [R, H]
+        last = torch.tensor(ctx.seq_lens, device=h.device).cumsum(0) - 1  # [R]
+        if last_only and not inkling_probe.enabled():
+            h = h[last]  # [R, H]
         logits = self.unembed(h / self.config.logits_mup_width_multiplier)  # [T, V_padded]
         logits = logits[:, : self.config.logits_vocab_size]  # [T, V]
         inkling_probe.probe("logits", logits)
+        if last_only and inkling_probe.enabled():  # the probe records every token's logits
+            logits = logits[last]  # [R, V]
         ctx.advance()
         return logits
 

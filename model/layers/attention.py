@@ -91,6 +91,10 @@ class Attention(nn.Module):
         cache = ctx.cache(i)
         if cache is not None:
             k, v = cache.append_kv(self.layer_idx, k, v)  # [L, nkv, hd]
+            if self.window is not None:  # a sliding layer keeps window-1 past keys (as transformers' cache)
+                keep = min(k.shape[0], self.window - 1 + tq)
+                k, v = k[-keep:], v[-keep:]
+                cache.trim_kv(self.layer_idx, self.window - 1)
         q_pos = torch.arange(tq, device=q.device) + start  # [tq]
         k_pos = torch.arange(k.shape[0], device=q.device) + (start + tq - k.shape[0])  # [tk]
         bias = self.rel_logits_proj(r, q_pos, k_pos)  # [nh, tq, tk]

@@ -36,6 +36,11 @@ class RequestCache:
         lc.v = v if lc.v is None else torch.cat([lc.v, v])
         return lc.k, lc.v
 
+    def trim_kv(self, layer: int, keep: int) -> None:
+        """Keep only the last ``keep`` keys/values of a layer (sliding window)."""
+        lc = self.layers[layer]
+        lc.k, lc.v = lc.k[-keep:], lc.v[-keep:]
+
 
 @dataclass
 class ForwardContext:

@@ -1,0 +1,213 @@
+"""``inkling-probe run``: run inkling_model (or transformers' Inkling) on a checkpoint, recording a dump.
+
+Every forward is one step of the dump: step 0 is the prefill, steps 1.. the decode steps.
+``--impl hf`` records transformers' modules through the shipped ``hf_inkling`` name map, so both
+dumps share the canonical keys (transformers' tensors keep their leading batch dim of 1).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from inkling_probe.cli.common import BadInput
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+
+
+def _parse_ids(text: str, what: str) -> list[int]:
+    try:
+        ids = [int(t) for t in text.replace(" ", "").split(",") if t != ""]
+    except ValueError:
+        raise BadInput(f"{what} {text!r}: expected comma-separated token ids, e.g. 1,2,3") from None
+    if not ids:
+        raise BadInput(f"{what} {text!r}: no token ids")
+    return ids
+
+
+def _config(ckpt: Path):
+    from inkling_model.config import InklingConfig
+
+    if not ckpt.is_dir():
+        raise BadInput(f"--ckpt {ckpt}: no such directory")
+    try:
+        return InklingConfig.from_pretrained(ckpt)
+    except (OSError, ValueError, TypeError) as e:
+        raise BadInput(f"--ckpt {ckpt}: bad config.json ({e})") from None
+
+
+def _tokenizer(ckpt: Path):
+    if not any((ckpt / f).exists() for f in TOKENIZER_FILES):
+        raise BadInput(f"--prompt needs a tokenizer, and {ckpt} has none ({', '.join(TOKENIZER_FILES)}); "
+                       "pass token ids with --tokens")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(ckpt))
+
+
+def _check_tp(config, tp: int, impl: str) -> None:
+    from inkling_model.model import check_parallel
+
+    if tp < 1:
+        raise BadInput(f"--tp {tp}: must be >= 1")
+    if impl == "hf" and tp != 1:
+        raise BadInput("--impl hf runs transformers' Inkling in one process; use --tp 1")
+    try:
+        check_parallel(config, tp, tp)
+    except ValueError as e:
+        raise BadInput(f"--tp {tp}: {e}") from None
+
+
+def _faults(names: tuple[str, ...], impl: str) -> str:
+    from inkling_model import faults
+
+    text = ",".join(names)
+    try:
+        faults.from_env({faults.ENV: text})
+    except ValueError as e:
+        raise BadInput(f"--fault: {e}") from None
+    if text and impl != "native":
+        raise BadInput("--fault plants bugs in inkling_model's loader and layers; it needs --impl native")
+    return text
+
+
+# -- the runs (module level: spawned ranks import them) ---------------------------------------
+def _dtype(name: str):
+    import torch
+
+    return {"fp32": torch.float32, "bf16": torch.bfloat16}[name]
+
+
+def native_rank(rank: int, world: int, ckpt: str, dtype: str, ids: list[int], max_new: int,
+                eos, dump: str, gen: dict) -> dict:
+    """One rank of a native run: load, then prefill (+ decode) with recording on."""
+    import torch
+
+    import inkling_probe
+    from inkling_model import parallel
+    from inkling_model.checkpoint import CheckpointError
+    from inkling_model.config import InklingConfig
+    from inkling_model.generate import generate
+    from inkling_model.model import InklingForCausalLM
+    from inkling_model.weights import load_checkpoint
+
+    config = InklingConfig.from_pretrained(ckpt)
+    model = InklingForCausalLM(config, parallel.init(expert_parallel=gen.pop("expert_parallel")), _dtype(dtype))
+    try:
+        load_checkpoint(model, ckpt, config)
+    except CheckpointError as e:
+        return {"error": str(e)}
+    with inkling_probe.recording(dump), torch.no_grad():
+        if max_new == 0:
+            model(torch.tensor(ids))
+            return {"tokens": [], "finish_reason": "prefill only"}
+        out = generate(model, [ids], max_new, eos, **gen)[0]
+    return {"tokens": out.tokens, "finish_reason": out.finish_reason}
+
+
+def hf_run(ckpt: str, dtype: str, ids: list[int], max_new: int, eos, dump: str, gen: dict) -> dict:
+    """transformers' Inkling with module capture; the same prefill/decode steps as the native run."""
+    import torch
+
+    import inkling_probe
+    from inkling_model.checkpoint import CheckpointError
+    from inkling_model.generate import _pick
+    from inkling_model.hf_reference import load_hf_model
+
+    try:
+        model = load_hf_model(ckpt, _dtype(dtype))
+    except CheckpointError as e:
+        return {"error": str(e)}
+    g = torch.Generator().manual_seed(gen["seed"]) if gen["temperature"] else None
+    tokens, reason, cache, step_ids = [], "length", None, torch.tensor([ids])
+    with inkling_probe.record(model, dump, name_map="hf_inkling"), torch.no_grad():
+        for _ in range(max(max_new, 1)):
+            inkling_probe.step()
+            out = model(input_ids=step_ids, cache=cache, use_cache=True)
+            if max_new == 0:
+                return {"tokens": [], "finish_reason": "prefill only"}
+            cache = out.cache
+            tok = int(_pick(out.logits[:, -1], gen["temperature"], gen["top_k"], g)[0])
+            tokens.append(tok)
+            if tok in eos.ids:
+                reason = "eos" if tok == eos.end_id else "stop"
+                break
+            step_ids = torch.tensor([[tok]])
+    return {"tokens": tokens, "finish_reason": reason}
+
+
+def _run(impl, ckpt, tp, dtype, ids, max_new, eos, dump, gen) -> dict:
+    if impl == "hf":
+        return hf_run(ckpt, dtype, ids, max_new, eos, dump, gen)
+    if tp == 1:
+        return native_rank(0, 1, ckpt, dtype, ids, max_new, eos, dump, gen)
+    from inkling_model.parallel import spawn
+
+    results = spawn(native_rank, tp, ckpt, dtype, ids, max_new, eos, dump, gen)
+    return results[0]
+
+
+@click.command("run")
+@click.option("--ckpt", required=True, type=click.Path(), help="Checkpoint dir (native layout, config.json).")
+@click.option("--impl", type=click.Choice(["native", "hf"]), default="native", show_default=True,
+              help="inkling_model, or transformers' Inkling as the reference (NVFP4 experts dequantized).")
+@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel ranks (spawned, gloo).")
+@click.option("--expert-parallel", is_flag=True, help="Split whole routed experts over the ranks.")
+@click.option("--dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True)
+@click.option("--tokens", metavar="IDS", help="Prompt token ids, comma-separated (e.g. 1,2,3).")
+@click.option("--prompt", metavar="TEXT", help="Prompt text (needs a tokenizer in --ckpt).")
+@click.option("--max-new-tokens", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Tokens to generate after the prefill (0: prefill only).")
+@click.option("--temperature", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="0: greedy; else sampled (seeded, see --seed).")
+@click.option("--top-k", type=click.IntRange(min=1), default=None, help="Sample among the top k logits.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")
+@click.option("--eos", metavar="IDS", help="End id (then stop ids), overriding tokenizer/generation_config/config.")
+@click.option("--fault", multiple=True, metavar="NAME",
+              help="Plant a known bug (repeatable; env INKLING_FAULT). Names: raw_input_amax, gate_up_layout, renorm_rows.")
+@click.option("--dump", required=True, type=click.Path(), help="Dump directory to record into (must not exist).")
+def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, max_new_tokens, temperature, top_k, seed,
+            eos, fault, dump):
+    """Run the model on a checkpoint with recording on; prints the generated tokens."""
+    ckpt_dir = Path(ckpt)
+    config = _config(ckpt_dir)
+    if (tokens is None) == (prompt is None):
+        raise BadInput("pass exactly one of --tokens and --prompt")
+    tokenizer = _tokenizer(ckpt_dir) if prompt is not None else None
+    ids = _parse_ids(tokens, "--tokens") if tokens is not None else tokenizer(prompt)["input_ids"]
+    bad = [t for t in ids if not 0 <= t < config.vocab_size]
+    if bad:
+        raise BadInput(f"--tokens: id {bad[0]} is outside the vocabulary [0, {config.vocab_size})")
+    _check_tp(config, tp, impl)
+    fault_text = _faults(fault, impl)
+    if Path(dump).exists():
+        raise BadInput(f"--dump {dump}: already exists; choose a new directory")
+    import warnings
+
+    from inkling_model.generate import resolve_eos
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        eos_spec = resolve_eos(_parse_ids(eos, "--eos") if eos else None, tokenizer, ckpt_dir)
+    for w in caught:
+        click.echo(f"warning: {w.message}", err=True)
+    gen = dict(temperature=temperature, top_k=top_k, seed=seed)
+    if impl == "native":
+        gen["expert_parallel"] = expert_parallel
+    old = os.environ.get("INKLING_FAULT")
+    os.environ["INKLING_FAULT"] = fault_text  # spawned ranks inherit it
+    try:
+        result = _run(impl, str(ckpt_dir), tp, dtype, ids, max_new_tokens, eos_spec, dump, gen)
+    finally:
+        if old is None:
+            os.environ.pop("INKLING_FAULT", None)
+        else:
+            os.environ["INKLING_FAULT"] = old
+    if "error" in result:
+        raise BadInput(result["error"])
+    click.echo(f"impl={impl} tp={tp} dtype={dtype} prompt={len(ids)} tokens, eos {eos_spec.end_id} "
+               f"(from {eos_spec.source}){', faults ' + fault_text if fault_text else ''}")
+    click.echo(f"generated: {','.join(map(str, result['tokens'])) or '-'} ({result['finish_reason']})")
+    click.echo(f"dump: {dump}")
