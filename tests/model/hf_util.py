@@ -44,14 +44,13 @@ def hf_model(cfg, seed: int = 0, dtype=torch.float32):
                 t.copy_(0.05 * torch.randn(t.shape, generator=g))
             elif name.endswith("rel_logits_proj.proj"):
                 t.copy_(0.5 * torch.randn(t.shape, generator=g))
-    if dtype != torch.float32:
+    if dtype != torch.float32:  # as from_pretrained: keep-fp32 tensors are never rounded to dtype
+        keep = {n: t.detach().clone() for n, t in list(model.named_parameters()) + list(model.named_buffers())
+                if any(p in n for p in KEEP_FP32)}
         model.to(dtype)
-        for name, mod in model.named_modules():
-            if name.endswith(("attn_sconv", "mlp_sconv", "k_sconv", "v_sconv")):
-                mod.float()
-        for name, t in list(model.named_parameters()) + list(model.named_buffers()):
-            if name.endswith(("e_score_correction_bias", "gate.global_scale")):
-                t.data = t.data.float()
+        for n, t in list(model.named_parameters()) + list(model.named_buffers()):
+            if n in keep:
+                t.data = keep[n]
     return model
 
 
