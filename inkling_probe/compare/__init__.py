@@ -9,12 +9,6 @@
 from inkling_probe.compare.engine import compare
 from inkling_probe.compare.explain import Context, Finding, explain
 from inkling_probe.compare.metrics import Metrics, compare_tensors
+from inkling_probe.compare.replay import replay  # noqa: E402 (the function shadows its module's name)
 
 __all__ = ["compare", "compare_tensors", "explain", "Metrics", "Context", "Finding", "replay"]
-
-
-def __getattr__(name):
-    if name == "replay":
-        from inkling_probe.compare.replay import replay
-        return replay
-    raise AttributeError(f"module 'inkling_probe.compare' has no attribute {name!r}")

@@ -9,6 +9,7 @@ over chunks, so peak memory follows the largest tensor, not the dump.
 """
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 from dataclasses import dataclass, field
 
@@ -78,9 +79,32 @@ def _filtered(ents: dict, include, steps) -> dict:
             and (steps is None or k[1] in steps)}
 
 
-def compare(ref, cand, control=None, *, name_map=None, metric: str = "rel_rms", threshold: float | None = None,
-            k: float = floor.K_DEFAULT, include=None, steps=None, explain: bool = True, max_explain: int = 8,
-            progress=None) -> Report:
+@contextlib.contextmanager
+def _threads(n: int | None):
+    """torch intra-op threads for the block (restored after)."""
+    old = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def compare(ref, cand, control=None, *, threads: int | None = 1, **options) -> Report:
+    """Compare dump ``cand`` against dump ``ref`` (paths or open dumps); see :func:`_compare`.
+
+    ``threads``: torch threads while comparing (None: leave as is). The float64 passes are memory
+    bound; one thread avoids OpenMP barrier stalls on a busy machine (5.7x faster measured on a
+    loaded 2-core box: scripts/bench_compare.py).
+    """
+    with _threads(threads):
+        return _compare(ref, cand, control, **options)
+
+
+def _compare(ref, cand, control=None, *, name_map=None, metric: str = "rel_rms", threshold: float | None = None,
+             k: float = floor.K_DEFAULT, include=None, steps=None, explain: bool = True, max_explain: int = 8,
+             progress=None) -> Report:
     """Compare dump ``cand`` against dump ``ref`` (paths or open dumps); see docs/COMPARE.md.
 
     ``control`` is a second reference differing only in a benign factor (sets the noise floor per

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from inkling_probe.compare.values import chunks, flat, unravel, value_shape
+from inkling_probe.compare.values import chunks, flat, unravel, value_shape, workspace
 
 METRICS = ("rel_rms", "cosine", "max_abs", "max_rel", "outside", "mismatch")
 
@@ -92,6 +92,7 @@ class _Acc:
     """Running float64 sums over chunks."""
 
     def __init__(self):
+        self.work = workspace()
         self.rr = self.cc = self.dd = self.rc = 0.0
         self.max_abs, self.max_at = -1.0, None
         self.ref_absmax = 0.0
@@ -101,16 +102,46 @@ class _Acc:
         self.nonfinite_mismatch = 0
 
     def add(self, start: int, r: torch.Tensor, c: torch.Tensor, atol: float, rtol: float) -> None:
+        if math.isfinite(float(r.sum())) and math.isfinite(float(c.sum())):  # no NaN/Inf in either
+            self._add_finite(start, r, c, atol, rtol)
+        else:
+            self._add_general(start, r, c, atol, rtol)
+
+    def _add_finite(self, start, r, c, atol, rtol) -> None:
+        """The common case in few passes into preallocated buffers: no masks needed."""
+        w = self.work
+        n = r.numel()
+        d = torch.sub(c, r, out=w.d[:n])
+        self.rr += float(torch.dot(r, r))
+        self.cc += float(torch.dot(c, c))
+        self.rc += float(torch.dot(r, c))
+        self.dd += float(torch.dot(d, d))
+        ad = torch.abs(d, out=d)
+        self._max(start, ad, r)
+        self.unequal += int(torch.count_nonzero(ad))
+        tol = torch.abs(r, out=w.t[:n]).mul_(rtol).add_(atol)
+        self.outside += int(torch.count_nonzero(torch.gt(ad, tol, out=w.b[:n])))
+
+    def _max(self, start, ad, r) -> None:
+        if not ad.numel():
+            return
+        i = int(ad.argmax())
+        if float(ad[i]) > self.max_abs:
+            self.max_abs, self.max_at = float(ad[i]), start + i
+        lo, hi = torch.aminmax(r)
+        self.ref_absmax = max(self.ref_absmax, -float(lo), float(hi))
+
+    def _add_general(self, start, r, c, atol, rtol) -> None:
         rf, cf = torch.isfinite(r), torch.isfinite(c)
         for side, x, fin in (("ref", r, rf), ("cand", c, cf)):
-            self.counts[f"{side}_nan"] += int(torch.isnan(x).sum())
-            self.counts[f"{side}_inf"] += int(torch.isinf(x).sum())
+            self.counts[f"{side}_nan"] += int(torch.count_nonzero(torch.isnan(x)))
+            self.counts[f"{side}_inf"] += int(torch.count_nonzero(torch.isinf(x)))
             if self.first[side] is None and not bool(fin.all()):
                 self.first[side] = start + int((~fin).nonzero()[0, 0])
         both = rf & cf
         same_special = (~rf & ~cf) & ((torch.isnan(r) & torch.isnan(c)) | (r == c))
-        self.nonfinite_mismatch += int((~both & ~same_special).sum())
-        self.unequal += int((~both & ~same_special).sum())
+        odd = int(torch.count_nonzero(~both & ~same_special))
+        self.nonfinite_mismatch += odd
         r0, c0 = torch.where(both, r, 0.0), torch.where(both, c, 0.0)  # [n] finite-only values
         d = c0 - r0
         self.rr += float(r0 @ r0)
@@ -118,13 +149,9 @@ class _Acc:
         self.dd += float(d @ d)
         self.rc += float(r0 @ c0)
         ad = d.abs()
-        if ad.numel():
-            i = int(ad.argmax())
-            if float(ad[i]) > self.max_abs:
-                self.max_abs, self.max_at = float(ad[i]), start + i
-            self.ref_absmax = max(self.ref_absmax, float(r0.abs().max()))
-        self.outside += int((ad > atol + rtol * r0.abs()).sum()) + int((~both & ~same_special).sum())
-        self.unequal += int((both & (c != r)).sum())
+        self._max(start, ad, r0)
+        self.outside += int(torch.count_nonzero(ad > atol + rtol * r0.abs())) + odd
+        self.unequal += int(torch.count_nonzero(both & (c != r))) + odd
 
 
 def compare_tensors(ref: torch.Tensor, cand: torch.Tensor, atol: float = 0.0, rtol: float = 0.0) -> Metrics:
@@ -134,7 +161,7 @@ def compare_tensors(ref: torch.Tensor, cand: torch.Tensor, atol: float = 0.0, rt
     if r.numel() != c.numel():
         raise ValueError(f"shapes differ: reference {list(shape)} vs candidate {list(value_shape(cand))}")
     acc = _Acc()
-    for start, (rc, cc) in chunks(r, c):
+    for start, rc, cc in chunks(r, c, acc.work):
         acc.add(start, rc, cc, atol, rtol)
     return _finish(acc, r.numel(), shape, atol, rtol)
 
