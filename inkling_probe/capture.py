@@ -32,10 +32,11 @@ def _join(prefix: str, suffix: str) -> str:
 
 
 class _Capture:
-    def __init__(self, include, inputs: bool, name_map):
+    def __init__(self, include, inputs: bool, name_map, token_dim):
         self.include = tuple([include] if isinstance(include, str) else include or ())
         self.inputs = inputs
         self.name_map = name_map
+        self.token_dim = token_dim
 
     def wanted(self, path: str) -> bool:
         return not self.include or any(fnmatch.fnmatchcase(path, g) for g in self.include)
@@ -43,7 +44,7 @@ class _Capture:
     def emit(self, key: str, tensor: torch.Tensor) -> None:
         name = self.name_map.apply(key) if self.name_map is not None else key
         if name:
-            sink.probe(name, tensor)
+            sink.probe(name, tensor, token_dim=self.token_dim)
 
     def pre_hook(self, path: str):
         def hook(module, args, kwargs):
@@ -62,17 +63,19 @@ class _Capture:
 
 @contextlib.contextmanager
 def record(module: torch.nn.Module, path=None, include=None, inputs: bool = True, name_map=None,
-           **settings):
+           token_dim: int | None = 0, **settings):
     """Record every matching submodule's outputs (and inputs) while the block runs.
 
     ``path`` is the dump directory; with ``path=None`` the already active recorder (from
     ``INKLING_PROBE`` or an enclosing :func:`inkling_probe.recording`) is used. ``include`` holds
     module-path globs (before the name map). ``name_map`` is a :class:`NameMap`, a TOML path or a
-    shipped map's name. Hooks are removed on exit, also when the block raises.
+    shipped map's name. ``token_dim`` is where a token slice (``INKLING_PROBE_TOKENS``) applies:
+    1 for batch-first models such as transformers' (``[B, T, ...]``). Hooks are removed on exit,
+    also when the block raises.
     """
     from inkling_probe.namemap import NameMap
 
-    capture = _Capture(include, inputs, NameMap.load(name_map) if name_map is not None else None)
+    capture = _Capture(include, inputs, NameMap.load(name_map) if name_map is not None else None, token_dim)
     handles = []
     with contextlib.ExitStack() as stack:
         if path is not None:

@@ -64,6 +64,14 @@ def test_hooks_removed_when_forward_raises(tmp_path):
     assert inkling_probe.open(tmp_path / "d").keys() == ["in.0", "block.in.0", "block.in.scale", "block.proj.in.0"]
 
 
+def test_token_slice_applies_to_the_declared_dim(tmp_path):
+    lin = torch.nn.Linear(4, 4)
+    x = torch.randn(2, 6, 4)  # [B, T, C]
+    with torch.no_grad(), inkling_probe.record(lin, tmp_path / "d", token_dim=1, tokens="-2:", inputs=False):
+        y = lin(x)
+    assert torch.equal(inkling_probe.open(tmp_path / "d").tensor("output"), y[:, -2:])
+
+
 def test_record_without_path_needs_recording_on():
     with pytest.raises(RuntimeError, match="needs recording on"):
         with inkling_probe.record(Net()):
