@@ -23,17 +23,19 @@ METRICS = ("rel_rms", "cosine", "max_abs", "max_rel", "outside")
               help="The error that decides divergence (cosine: 1 - cos).")
 @click.option("--threshold", type=float, default=None,
               help="Replaces the dtype default: a key diverges where error > max(THRESHOLD, K x floor).")
-@click.option("-k", "k", type=float, default=4.0, show_default=True, help="Allowed multiple of the control's floor.")
+@click.option("-k", "k", type=float, default=2.0, show_default=True, help="Allowed multiple of the control's floor.")
 @click.option("--include", multiple=True, help="Only keys matching this glob (after --map); repeatable.")
 @click.option("--step", "steps", type=int, multiple=True, help="Only this step; repeatable.")
 @click.option("--diverged-only", is_flag=True, help="Table rows: only diverged keys (and the culprit).")
 @click.option("--no-explain", is_flag=True, help="Skip the hypotheses (explain) on the culprit.")
 @click.option("--replay", "replay_key", default=None,
               help="Also run the candidate module KEY on REF's recorded inputs (needs --ckpt).")
-@click.option("--ckpt", type=click.Path(), default=None, help="inkling_model checkpoint dir for --replay.")
+@click.option("--ckpt", type=click.Path(), default=None, help="Candidate checkpoint dir for --replay.")
+@click.option("--factory", default=None,
+              help="MODULE:FUNCTION building the --replay module from --ckpt (default: inkling_model).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(ref, cand, control, name_map, metric, threshold, k, include, steps, diverged_only, no_explain,
-            replay_key, ckpt, as_json):
+            replay_key, ckpt, factory, as_json):
     """Compare dump CAND against dump REF: the first divergence, the culprit and why.
 
     Keys align through --map, by step, call and token (the common tokens when the runs batched
@@ -52,7 +54,7 @@ def command(ref, cand, control, name_map, metric, threshold, k, include, steps, 
             report = compare(dumps[0], dumps[1], dumps[2] if control else None, name_map=name_map, metric=metric,
                              threshold=threshold, k=k, include=include or None, steps=set(steps) or None,
                              explain=not no_explain, progress=progress)
-        replayed = _replay(replay_key, ckpt, dumps[0], report) if replay_key else None
+        replayed = _replay(replay_key, ckpt, factory, dumps[0]) if replay_key else None
     except ProbeError as e:
         raise BadInput(str(e).splitlines()[0]) from None
     finally:
@@ -65,14 +67,15 @@ def command(ref, cand, control, name_map, metric, threshold, k, include, steps, 
         emit_json(doc)
     else:
         render(console(), report, diverged_only, replayed)
-    if report.diverged:  # SystemExit, not ctx.exit: standalone_mode=False would turn Exit into a return value
+    if report.diverged or (replayed is not None and replayed["diverged"]):  # SystemExit, not ctx.exit: standalone_mode=False would turn Exit into a return value
         raise SystemExit(1)
 
 
-def _replay(key, ckpt, ref_dump, report):
-    from inkling_probe.compare.model_replay import replay_checkpoint
+def _replay(key, ckpt, factory, ref_dump) -> dict:
+    from inkling_probe.cli.replay import run_replay
 
-    return replay_checkpoint(ckpt, ref_dump, key, report)
+    _, doc, text = run_replay(ref_dump, key, ckpt, factory)
+    return {**doc, "lines": text}
 
 
 class _progress:
@@ -144,35 +147,40 @@ def render(out, report, diverged_only: bool = False, replayed=None) -> None:
 
 
 def _verdict(out, report, replayed) -> None:
+    from rich.markup import escape
+
     metric = report.metric
     if report.first_divergence is None and not report.diverged:
         out.print(f"[green]within tolerance[/green]: {len(report.rows)} keys, metric {metric}")
     fd, cu = report.first_divergence, report.culprit
     if fd is not None:
-        out.print(f"[bold yellow]first divergence[/bold yellow]: {fd.key} step {fd.step} "
+        out.print(f"[bold yellow]first divergence[/bold yellow]: {escape(fd.key)} step {fd.step} "
                   f"({metric} {fmt(fd.error)} > threshold {fmt(fd.threshold)})")
     if cu is not None:
-        out.print(f"[bold red]culprit[/bold red]: {cu.key} step {cu.step}: error born here "
+        out.print(f"[bold red]culprit[/bold red]: {escape(cu.key)} step {cu.step}: error born here "
                   f"(score {fmt(cu.score)}, inputs {fmt(cu.score_in)}, jump {fmt(cu.jump)})")
     for e in report.explanations:
         against = "" if e["against"] == "reference" else " (vs control)"
-        for f in e["findings"]:
-            out.print(f"  [cyan]explain[/cyan] {e['key']}{against}: {f['summary']}", markup=True)
-        if not e["findings"]:
-            out.print(f"  [cyan]explain[/cyan] {e['key']}{against}: no hypothesis holds")
+        for f in e["findings"] or [{"summary": "no hypothesis holds"}]:
+            out.print(f"  [cyan]explain[/cyan] {escape(e['key'] + against)}: {escape(f['summary'])}")
     for f in report.rank_findings:
-        out.print(f"  [magenta]ranks[/magenta] {f['dump']} {f['key']} step {f['step']}: {f['note']}"
-                  + (f" (rel_rms {fmt(f.get('rel_rms'))})" if f.get("rel_rms") is not None else ""))
+        extra = f" (rel_rms {fmt(f.get('rel_rms'))})" if f.get("rel_rms") is not None else ""
+        text = f"{f['dump']} {f['key']} step {f['step']}: {f['note']}{extra}"
+        out.print(f"  [magenta]ranks[/magenta] {escape(text)}")
     _listing(out, "only in the reference", report.only_ref)
     _listing(out, "only in the candidate", report.only_cand)
     if replayed is not None:
         for line in replayed.get("lines", []):
-            out.print(f"  [blue]replay[/blue] {line}")
+            out.print(f"  [blue]replay[/blue] {escape(line)}")
 
 
 def _listing(out, what: str, items, limit: int = 12) -> None:
+    """Keys on one side only; recorded module inputs (``.in.``) are counted, not listed."""
     if not items:
         return
-    shown = ", ".join(f"{k}@{s}" for k, s in items[:limit])
-    more = f" ... {len(items) - limit} more" if len(items) > limit else ""
-    out.print(f"{what} ({len(items)}): {shown}{more}", markup=False)
+    keys = [(k, s) for k, s in items if ".in." not in k and not k.startswith("in.")]
+    inputs = len(items) - len(keys)
+    shown = ", ".join(f"{k}@{s}" for k, s in keys[:limit])
+    more = f" ... {len(keys) - limit} more" if len(keys) > limit else ""
+    tail = f"{'; ' if keys else ''}{inputs} recorded module inputs (KEY.in.*)" if inputs else ""
+    out.print(f"{what} ({len(items)}): {shown}{more}{tail}", markup=False)

@@ -167,7 +167,7 @@ class _Run:
         row = Row(key, step, call, ref_e.key, cand_e.key, ref_e.global_shape(), ref_e.dtype, cand_e.dtype,
                   metrics=m.metrics, error=m.error, floor=fl, layer=layer, depth=depth, note=m.note)
         row.threshold = floor.threshold(fl, default, self.user, self.k)
-        self._status(row, m, step, layer)
+        self._status(row, m, step, layer, self.walk)
         if m.masked:
             self.masks[(key, step, call)] = m.masked
             row.note = _join(row.note, f"{len(m.masked)} token row(s) set aside (routing changed)")
@@ -196,15 +196,15 @@ class _Run:
         self.ctl_walk.note_decision(step, layer, m, ref_e)
         return m.error if m.status in ("ok", "exact") else None
 
-    def _status(self, row: Row, m: Measured, step, layer) -> None:
+    def _status(self, row: Row, m: Measured, step, layer, walk: _Walk) -> None:
         if m.status == "shape":
-            after_change = bool(self.walk.changed.get((step, layer), (0, []))[1])
+            after_change = bool(walk.changed.get((step, layer), (0, []))[1])
             row.status = "ok" if after_change else "shape"
             row.note = _join(m.note, "after a routing change" if after_change else "")
             row.score = 0.0 if after_change else float("inf")
             row.error = None
             return
-        if self._unmatched_after_change(m, step, layer):
+        if _unmatched_after_change(walk, m, step, layer):
             row.status, row.score = "skipped", 0.0
             row.note = _join(row.note, "not judged: its rows don't match the tokens of a routing change before it")
             return
@@ -216,13 +216,6 @@ class _Run:
             ("diverged" if row.score > 1.0 else "ok")
         if row.status == "exact" and row.score > 1.0:
             row.status = "diverged"
-
-    def _unmatched_after_change(self, m: Measured, step, layer) -> bool:
-        """A float key after a routing change in its layer whose rows aren't the decision's tokens."""
-        n_rows, changed = self.walk.changed.get((step, layer), (None, None))
-        if not changed or m.changed_rows is not None or m.status not in ("ok",):
-            return False
-        return m.token_rows != n_rows
 
     def control_only_rows(self) -> list[Row]:
         """Candidate vs control for the keys the reference lacks (e.g. quantization scales)."""
@@ -243,9 +236,17 @@ class _Run:
                       cand_e.dtype, against="control", metrics=m.metrics, error=m.error, layer=layer,
                       depth=depth, note=m.note)
             row.threshold = floor.threshold(None, self._default(precision, depth), self.user, self.k)
-            self._status(row, m, step, layer)
+            self._status(row, m, step, layer, walk)
             out.append(row)
         return out
+
+
+def _unmatched_after_change(walk: _Walk, m: Measured, step, layer) -> bool:
+    """A float key after a routing change in its layer whose rows aren't the decision's tokens."""
+    n_rows, changed = walk.changed.get((step, layer), (None, None))
+    if not changed or m.changed_rows is not None or m.status not in ("ok",):
+        return False
+    return m.token_rows != n_rows
 
 
 def _join(a: str, b: str) -> str:

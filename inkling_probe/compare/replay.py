@@ -144,10 +144,12 @@ def _compare_one(out_key, r, t, row, threshold) -> ReplayOutput:
 
 
 _LAYOUTS = {
-    "interleaved_as_concat": ("the module's {p} holds [g0, u0, g1, u1, ...] rows where [gate; up] belong "
-                              "(dim {d})", _interleaved_to_concat),
-    "concat_as_interleaved": ("the module's {p} holds [gate; up] rows where [g0, u0, g1, u1, ...] belong "
-                              "(dim {d})", _concat_to_interleaved),
+    "interleaved_as_concat": ("the module's {p} rows went through an extra interleave ([a; b] -> [a0, b0, a1, b1, "
+                              "...], dim {d}): rows already interleaved [g0, u0, ...] were treated as "
+                              "concatenated [gate; up]", _interleaved_to_concat),
+    "concat_as_interleaved": ("the module's {p} rows went through an extra de-interleave ([a0, b0, ...] -> [a; b], "
+                              "dim {d}): concatenated [gate; up] rows were treated as interleaved",
+                              _concat_to_interleaved),
     "swapped_halves": ("the module's {p} has its halves swapped along dim {d}", _swap_halves),
 }
 

@@ -21,7 +21,7 @@ from inkling_probe.compare.explain.permute import layout_permutation
 from inkling_probe.compare.explain.ratio import constant_ratio
 from inkling_probe.compare.explain.saturate import saturation
 from inkling_probe.compare.explain.shift import sequence_shift
-from inkling_probe.compare.explain.zeroed import zeroed
+from inkling_probe.compare.explain.zeroed import flushed, zeroed
 from inkling_probe.compare.floor import base_threshold, coarsest
 from inkling_probe.compare.values import values
 
@@ -46,6 +46,10 @@ def explain(ref: torch.Tensor, cand: torch.Tensor, context: Context | None = Non
         return []
     for hypothesis in _SINGLE:
         f = hypothesis(r, c, ctx)
+        if f is not None:
+            found.append(f)
+    if not any(f.name in ("zeroed", "constant_ratio") for f in found):
+        f = flushed(r, c, ctx)
         if f is not None:
             found.append(f)
     found += confined(r, c, ctx)

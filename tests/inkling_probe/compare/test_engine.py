@@ -92,7 +92,7 @@ def test_control_sets_the_floor(tmp_path, x):
     rep = compare(a, ok, control=ctl)
     assert not rep.diverged
     r = rep.row("layers.0.mlp.out")
-    assert r.floor == pytest.approx(0.02, rel=0.3) and r.threshold == pytest.approx(4 * r.floor)
+    assert r.floor == pytest.approx(0.02, rel=0.3) and r.threshold == pytest.approx(2 * r.floor)
     rep = compare(a, bad, control=ctl)
     assert rep.culprit.key == "layers.1.mlp.out"
     assert compare(a, ok, control=ctl, k=1.0).diverged  # k=1: 3% > 1 x 2%

@@ -97,6 +97,27 @@ def test_wrong_input_scale_is_a_2688_ratio_on_the_scale_and_zeroed_blocks_on_the
     assert z.evidence["error_share"] > 0.5 and z.evidence["blocks_zeroed"] > 0
 
 
+def test_partly_flushed_gemm_input_shows_as_lost_energy_on_the_output():
+    from inkling_model import nvfp4
+
+    x, w = randn(32, 64), randn(64, 64) / 8  # [T, K], [N, K]
+    calib = torch.cat([x, 140 * torch.randn(1, 64, generator=torch.Generator().manual_seed(5))])
+    amax = calib.abs().max().float()
+    x_raw = nvfp4.fake_quant(x, amax)  # the raw amax as input_scale: most blocks flush
+    assert 0.5 < float((x_raw == 0).float().mean()) < 0.9
+    ref, cand = nvfp4.fake_quant(x, nvfp4.global_scale(amax)) @ w.T, x_raw @ w.T
+    found = explain(ref, cand, noise=0.1, token_dim=0)
+    assert names(found) == ["flushed"]
+    f = found[0]
+    assert f.evidence["energy_ratio"] < 0.75 and f.evidence["lost_share_of_error"] > 0.5
+    assert f.evidence["row_norm_ratio"]["median"] < 0.9
+
+
+def test_a_smaller_constant_scale_is_a_ratio_not_lost_energy():
+    r = randn(16, 32)
+    assert names(explain(r, r * 0.5, noise=0.01, token_dim=0)) == ["constant_ratio"]
+
+
 # --- layout permutations ---------------------------------------------------------------------------
 def test_transpose():
     r = randn(16, 16)

@@ -1,0 +1,114 @@
+"""``inkling-probe replay REF KEY --ckpt DIR``: run the candidate module KEY on REF's recorded inputs.
+
+The local error of one module, with no upstream contamination; when its output diverges, the
+parameter layout permutations are tried (a permutation that fixes it names a weight-loading bug).
+Also reachable as ``inkling-probe compare REF CAND --replay KEY --ckpt DIR``.
+
+The candidate module comes from a factory ``build(ckpt, key, dtype) -> torch.nn.Module``:
+``--factory MODULE:FUNCTION`` for any engine; the default builds inkling_model at TP=1 from the
+checkpoint (faults planted through ``INKLING_FAULT`` as for ``inkling-probe run``) and returns its
+submodule at the module path KEY (inkling_model's canonical probe names are its module paths).
+"""
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from inkling_probe.cli.common import BadInput, console, emit_json, fmt, open_dump
+
+
+def inkling_model_factory(ckpt: str, key: str, dtype):
+    """inkling_model (TP=1, ``dtype``) loaded from ``ckpt``; its submodule at path ``key``."""
+    try:
+        from inkling_model.config import InklingConfig
+        from inkling_model.model import InklingForCausalLM
+        from inkling_model.weights import load_checkpoint
+    except ImportError as e:
+        raise BadInput(f"the default replay factory needs inkling_model ({e}); pass --factory") from None
+    try:
+        config = InklingConfig.from_pretrained(ckpt)
+        model = InklingForCausalLM(config, dtype=dtype)
+        load_checkpoint(model, ckpt, config)
+    except (OSError, ValueError, KeyError) as e:
+        raise BadInput(f"--ckpt {ckpt}: {str(e).splitlines()[0]}") from None
+    try:
+        return model.get_submodule(key)
+    except AttributeError:
+        raise BadInput(f"{key!r} is not a module path of inkling_model (e.g. layers.2.mlp.experts)") from None
+
+
+def load_factory(spec: str | None):
+    if not spec:
+        return inkling_model_factory
+    module, _, attr = spec.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise BadInput(f"--factory {spec!r}: {e}") from None
+
+
+def run_replay(ref_dump, key: str, ckpt: str, factory=None, dtype_name: str | None = None, step: int = 0):
+    """Build the candidate module and replay it; returns (ReplayResult, its JSON dict, text lines)."""
+    import torch
+
+    from inkling_probe.compare.replay import recorded_inputs, replay
+    from inkling_probe.errors import ProbeError
+
+    try:
+        args, _ = recorded_inputs(ref_dump, key, step)
+    except ProbeError as e:
+        raise BadInput(str(e)) from None
+    if dtype_name:
+        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
+    else:
+        floats = [a.dtype for a in args if a.is_floating_point()]
+        dtype = floats[0] if floats else torch.float32
+    module = load_factory(factory)(ckpt, key, dtype)
+    try:
+        res = replay(module, ref_dump, key, step=step)
+    except ProbeError as e:
+        raise BadInput(str(e)) from None
+    return res, res.to_dict(), lines(res)
+
+
+def lines(res) -> list[str]:
+    out = []
+    for o in res.outputs:
+        verdict = "DIVERGES" if o.diverged else "within tolerance"
+        out.append(f"{o.key}: candidate module on the reference's inputs: rel_rms {fmt(o.metrics.rel_rms)} "
+                   f"(threshold {fmt(o.threshold)}): {verdict}")
+        out += [f"  {f.summary}" for f in o.findings]
+    if res.layout is not None:
+        out.append(f"  weight layout: {res.layout.summary}")
+    out += [f"{k}: replayed, but the reference lacks it" for k in res.missing]
+    return out
+
+
+@click.command("replay")
+@click.argument("ref", type=click.Path())
+@click.argument("key")
+@click.option("--ckpt", required=True, type=click.Path(), help="Candidate checkpoint dir.")
+@click.option("--factory", default=None, help="MODULE:FUNCTION building the candidate module (default: inkling_model).")
+@click.option("--dtype", "dtype_name", type=click.Choice(["fp32", "bf16"]), default=None,
+              help="Candidate dtype (default: that of the recorded input).")
+@click.option("--step", default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def command(ref, key, ckpt, factory, dtype_name, step, as_json):
+    """Run the candidate module KEY on REF's recorded inputs (KEY.in.*) and compare with REF's KEY.
+
+    Exit 0 within tolerance, 1 when the module's own output diverges, 2 on bad input.
+    """
+    d = open_dump(ref)
+    try:
+        res, doc, text = run_replay(d, key, ckpt, factory, dtype_name, step)
+    finally:
+        d.close()
+    if as_json:
+        emit_json(doc)
+    else:
+        out = console()
+        for line in text:
+            out.print(line, markup=False)
+    if res.diverged:
+        raise SystemExit(1)
