@@ -19,8 +19,8 @@ import torch
 from inkling_probe.compare.align import entries
 from inkling_probe.compare.conform import ShapeMismatch, conform
 from inkling_probe.compare.explain import Finding, explain
-from inkling_probe.compare.explain.permute import (_concat_to_interleaved, _interleaved_to_concat,
-                                                   _swap_halves)
+from inkling_probe.compare.explain.permute import (concat_to_interleaved, interleaved_to_concat,
+                                                   swap_halves)
 from inkling_probe.compare.floor import base_threshold, coarsest
 from inkling_probe.compare.metrics import Metrics, compare_tensors
 from inkling_probe.errors import DumpError
@@ -91,8 +91,19 @@ def run_module(module, args, kwargs):
 
 def replay(module: torch.nn.Module, dump, key: str, *, step: int = 0, call: int = 0, name_map=None,
            args=None, kwargs=None, threshold: float | None = None, search_layouts: bool = True) -> ReplayResult:
-    """Run ``module`` on ``dump``'s recorded inputs of ``key`` and compare with its recorded outputs."""
-    dump = _open(dump)
+    """Run ``module`` on ``dump``'s recorded inputs of ``key`` and compare with its recorded outputs.
+
+    ``dump`` is a path or an open dump; ``threshold`` replaces the dtype default (depth 0).
+    """
+    opened = _open(dump)
+    try:
+        return _replay(module, opened, key, step, call, name_map, args, kwargs, threshold, search_layouts)
+    finally:
+        if opened is not dump:
+            opened.close()
+
+
+def _replay(module, dump, key, step, call, name_map, args, kwargs, threshold, search_layouts) -> ReplayResult:
     rec_args, rec_kwargs = recorded_inputs(dump, key, step, call, name_map)
     args = list(args) if args is not None else []
     args = args + rec_args[len(args):] if len(args) < len(rec_args) else args
@@ -146,11 +157,11 @@ def _compare_one(out_key, r, t, row, threshold) -> ReplayOutput:
 _LAYOUTS = {
     "interleaved_as_concat": ("the module's {p} rows went through an extra interleave ([a; b] -> [a0, b0, a1, b1, "
                               "...], dim {d}): rows already interleaved [g0, u0, ...] were treated as "
-                              "concatenated [gate; up]", _interleaved_to_concat),
+                              "concatenated [gate; up]", interleaved_to_concat),
     "concat_as_interleaved": ("the module's {p} rows went through an extra de-interleave ([a0, b0, ...] -> [a; b], "
                               "dim {d}): concatenated [gate; up] rows were treated as interleaved",
-                              _concat_to_interleaved),
-    "swapped_halves": ("the module's {p} has its halves swapped along dim {d}", _swap_halves),
+                              concat_to_interleaved),
+    "swapped_halves": ("the module's {p} has its halves swapped along dim {d}", swap_halves),
 }
 
 

@@ -21,19 +21,19 @@ from inkling_probe.compare.explain.base import Context, Finding, rel
 _FP4_LIKE = {getattr(torch, "float4_e2m1fn_x2", None), torch.uint8} - {None}
 
 
-def _interleaved_to_concat(c: torch.Tensor, d: int) -> torch.Tensor:
+def interleaved_to_concat(c: torch.Tensor, d: int) -> torch.Tensor:
     n = c.shape[d]
     idx = torch.cat([torch.arange(0, n, 2), torch.arange(1, n, 2)])
     return c.index_select(d, idx)
 
 
-def _concat_to_interleaved(c: torch.Tensor, d: int) -> torch.Tensor:
+def concat_to_interleaved(c: torch.Tensor, d: int) -> torch.Tensor:
     n = c.shape[d]
     idx = torch.stack([torch.arange(n // 2), torch.arange(n // 2) + n // 2], dim=1).reshape(-1)
     return c.index_select(d, idx)
 
 
-def _swap_halves(c: torch.Tensor, d: int) -> torch.Tensor:
+def swap_halves(c: torch.Tensor, d: int) -> torch.Tensor:
     return torch.cat(c.chunk(2, dim=d)[::-1], dim=d)
 
 
@@ -58,11 +58,11 @@ def _dim_transforms(ref: torch.Tensor, d: int):
     n = ref.shape[d]
     if n >= 4 and n % 2 == 0:
         yield "interleaved_as_concat", f"candidate rows interleaved [g0, u0, g1, u1, ...] where the reference " \
-            f"has them concatenated [g; u] along dim {d}", lambda c: _interleaved_to_concat(c, d)
+            f"has them concatenated [g; u] along dim {d}", lambda c: interleaved_to_concat(c, d)
         yield "concat_as_interleaved", f"candidate concatenated [g; u] where the reference interleaves " \
-            f"[g0, u0, g1, u1, ...] along dim {d}", lambda c: _concat_to_interleaved(c, d)
+            f"[g0, u0, g1, u1, ...] along dim {d}", lambda c: concat_to_interleaved(c, d)
     if n >= 2 and n % 2 == 0:
-        yield "swapped_halves", f"candidate halves swapped along dim {d}", lambda c: _swap_halves(c, d)
+        yield "swapped_halves", f"candidate halves swapped along dim {d}", lambda c: swap_halves(c, d)
 
 
 def layout_permutation(ref: torch.Tensor, cand: torch.Tensor, ctx: Context) -> Finding | None:
