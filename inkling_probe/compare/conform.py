@@ -47,17 +47,22 @@ def conform(ref: torch.Tensor, cand: torch.Tensor, ref_row: dict | None = None,
     raise ShapeMismatch(f"shapes differ: {list(ref.shape)} vs {list(cand.shape)}")
 
 
+def token_dim_of(shape, recorded: int | None) -> int | None:
+    """The token dim of a tensor of ``shape`` recorded with ``token_dim=recorded``.
+
+    Module capture records transformers' ``[1, T, ...]`` tensors with the default token dim 0, the
+    batch dim: a size-1 dim 0 of a tensor with 3 or more dims is taken as that batch dim, and the
+    tokens are dim 1. A ``[1, k]`` tensor is one token.
+    """
+    if not shape or recorded is None or not 0 <= recorded < len(shape):
+        return None
+    if recorded == 0 and shape[0] == 1 and len(shape) >= 3:
+        return 1
+    return recorded
+
+
 def _token_dim(t: torch.Tensor, row: dict | None) -> int | None:
-    """The recorded token dim, or the first dim longer than 1 when that one has size 1."""
-    if t.dim() == 0:
-        return None
-    d = row.get("token_dim", 0) if row is not None else 0
-    if not 0 <= d < t.dim():
-        return None
-    if t.shape[d] == 1:
-        longer = [i for i, s in enumerate(t.shape) if s != 1]
-        return longer[0] if longer else d
-    return d
+    return token_dim_of(tuple(t.shape), row.get("token_dim", 0) if row is not None else 0)
 
 
 def _squeezed(shape) -> tuple[int, ...]:

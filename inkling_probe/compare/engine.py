@@ -33,6 +33,7 @@ class _Walk:
     layers_seen: dict = field(default_factory=dict)  # step -> set of layers
     changed: dict = field(default_factory=dict)  # (step, layer) -> (n_rows, rows)
     decisions: dict = field(default_factory=dict)  # (step, layer) -> reference Entry of the last decision key
+    tally: dict = field(default_factory=dict)  # decision key -> [rows changed, rows seen] over the steps so far
 
     def advance(self, key: str, step: int, dtypes) -> tuple[int | None, int, torch.dtype | None]:
         """(layer, depth, precision) of the next key."""
@@ -51,7 +52,15 @@ class _Walk:
         return rows
 
     def note_decision(self, step: int, layer, m: Measured, ref_entry: Entry) -> None:
-        if m.changed_rows is not None and m.token_rows is not None:
+        """Remember the rows a decision key changed; its error becomes the changed fraction of all
+        its token rows so far (one changed decode token alone would otherwise read 100%)."""
+        if m.changed_rows is not None and m.token_rows:
+            t = self.tally.setdefault(ref_entry.key, [0, 0])
+            t[0] += len(m.changed_rows)
+            t[1] += m.token_rows
+            m.error = t[0] / t[1]
+            if t[0]:
+                m.note = "; ".join(x for x in (m.note, f"{t[0]} of {t[1]} token rows changed (steps so far)") if x)
             n_rows, old = self.changed.get((step, layer), (m.token_rows, []))
             if n_rows == m.token_rows:
                 self.changed[(step, layer)] = (n_rows, sorted(set(old) | set(m.changed_rows)))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from inkling_probe.compare.align import Entry
-from inkling_probe.compare.conform import ShapeMismatch, conform
+from inkling_probe.compare.conform import ShapeMismatch, conform, token_dim_of
 from inkling_probe.compare.metrics import Metrics, compare_tensors
 from inkling_probe.compare.values import is_packed_fp4
 from inkling_probe.errors import ProbeError
@@ -50,7 +50,9 @@ def measure(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: flo
     """The pair's metrics; ``set_aside(n_rows)`` gives token rows to set aside (or None)."""
     if same_bits(ref, cand):
         n = ref.first["numel"]
-        return Measured("exact", Metrics(numel=n), 0.0, changed_rows=[] if is_decision(ref.dtype) else None)
+        if not is_decision(ref.dtype):
+            return Measured("exact", Metrics(numel=n), 0.0)
+        return Measured("exact", Metrics(numel=n), 0.0, changed_rows=[], token_rows=_token_rows(ref))
     try:
         r, c = load(ref_dump, ref), load(cand_dump, cand)
     except ProbeError as e:
@@ -78,6 +80,13 @@ def measure(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: flo
     out.metrics = compare_tensors(r, c, atol=atol, rtol=rtol)
     out.error = out.metrics.error(metric)
     return out
+
+
+def _token_rows(e: Entry) -> int | None:
+    """Token rows of an entry from the index alone."""
+    shape = e.global_shape()
+    d = token_dim_of(shape, e.first.get("token_dim", 0))
+    return shape[d] if d is not None else None
 
 
 def _decision(r: torch.Tensor, c: torch.Tensor, td: int | None, rtol: float) -> Measured:

@@ -207,6 +207,16 @@ def test_routing_changes_are_counted_once_and_set_aside_downstream(tmp_path):
     assert compare(a, b, threshold=0.05).row("layers.2.mlp.topk_idx").diverged
 
 
+def test_a_changed_decode_token_counts_against_all_rows_so_far(tmp_path):
+    idx = torch.randint(0, 8, (16, 2), generator=G)
+    tok = torch.tensor([[1, 2]])
+    a = write(tmp_path / "a", [[("layers.2.mlp.topk_idx", idx)], [("layers.2.mlp.topk_idx", tok)]])
+    b = write(tmp_path / "b", [[("layers.2.mlp.topk_idx", idx)], [("layers.2.mlp.topk_idx", tok + 1)]])
+    rep = compare(a, b, threshold=0.1)
+    row = rep.row("layers.2.mlp.topk_idx", step=1)
+    assert row.error == pytest.approx(1 / 17) and not rep.diverged and "1 of 17" in row.note
+
+
 def test_control_only_keys_compare_against_the_control(tmp_path, x):
     scale = torch.tensor([0.5, 0.25])
     ref = write(tmp_path / "ref", [[("layers.3.mlp.experts", x)]])
