@@ -56,9 +56,12 @@ def run_replay(ref_dump, key: str, ckpt: str, factory=None, dtype_name: str | No
     from inkling_probe.errors import ProbeError
 
     try:
-        args, _ = recorded_inputs(ref_dump, key, step)
+        args, kwargs = recorded_inputs(ref_dump, key, step)
     except ProbeError as e:
         raise BadInput(str(e)) from None
+    if not args and not kwargs:
+        raise BadInput(f"{ref_dump.path}: no recorded inputs for {key!r} step {step} "
+                       f"(record the reference with inputs: {key}.in.0 ...)")
     if dtype_name:
         dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
     else:
