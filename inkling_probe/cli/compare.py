@@ -105,14 +105,19 @@ class _progress:
 
 
 # -- the human view: a table in execution order, then the verdict -----------------------------
+_SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64", "int64": "i64",
+          "int32": "i32", "bool": "bool", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2",
+          "float4_e2m1fn_x2": "fp4x2", "uint8": "u8"}
+
+
 def _cells(r, marks: dict) -> list[str]:
     m = r.metrics
-    dt = r.ref_dtype if r.ref_dtype == r.cand_dtype else f"{r.ref_dtype}/{r.cand_dtype}"
+    ref, cand = _SHORT.get(r.ref_dtype, r.ref_dtype), _SHORT.get(r.cand_dtype, r.cand_dtype)
     mark = marks.get(id(r), "")
-    return [r.key + ("" if r.against == "reference" else " (vs control)"), str(r.step), "x".join(map(str, r.shape)),
-            dt, fmt(m.rel_rms if m else None, 3), fmt(m.cosine if m else None, 6), fmt(m.max_abs if m else None, 3),
-            fmt(r.floor, 3), fmt(r.threshold, 3), fmt(r.score, 3),
-            fmt(r.jump, 3), r.status + (f" {mark}" if mark else ""), r.note]
+    key = r.key + ("" if r.against == "reference" else " (vs control)")
+    return [key, str(r.step), "x".join(map(str, r.shape)), ref if ref == cand else f"{ref}/{cand}",
+            fmt(m.rel_rms if m else None, 3), fmt(m.max_abs if m else None, 3), fmt(r.floor, 3),
+            fmt(r.threshold, 3), fmt(r.score, 3), fmt(r.jump, 3), mark or r.status, r.note]
 
 
 def _style(r, report) -> str | None:
@@ -128,15 +133,18 @@ def render(out, report, diverged_only: bool = False, replayed=None) -> None:
 
     marks = {}
     if report.first_divergence is not None:
-        marks[id(report.first_divergence)] = "<- first"
+        marks[id(report.first_divergence)] = "FIRST"
     if report.culprit is not None:
-        marks[id(report.culprit)] = "<- culprit" + (" & first" if report.culprit is report.first_divergence else "")
+        marks[id(report.culprit)] = "CULPRIT" + (",FIRST" if report.culprit is report.first_divergence else "")
     table = Table(title=f"{report.cand} vs {report.ref}" + (f" (control {report.control})" if report.control else ""),
                   show_lines=False)
-    for name in ("key", "step", "shape", "dtype", "rel_rms", "cosine", "max_abs", "floor",
-                 "threshold", "score", "jump", "status", "note"):
-        table.add_column(name, justify="left" if name in ("key", "dtype", "shape", "status", "note") else "right",
-                         no_wrap=name != "note", overflow="fold")
+    table.add_column("key", overflow="fold", min_width=28, max_width=44)  # long keys wrap; numbers are never cut
+    for name, width in (("step", 4), ("shape", 8), ("dtype", 4)):
+        table.add_column(name, no_wrap=True, min_width=width)
+    for name in ("rel_rms", "max_abs", "floor", "threshold", "score", "jump"):
+        table.add_column(name, justify="right", no_wrap=True, min_width=8)
+    table.add_column("status", no_wrap=True, min_width=8)
+    table.add_column("note", overflow="fold", min_width=10, ratio=1)
     rows = report.rows + report.control_rows
     for r in rows:
         if diverged_only and not (r.diverged or id(r) in marks):

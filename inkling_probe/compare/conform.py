@@ -26,7 +26,7 @@ class Conformed:
     ref: torch.Tensor
     cand: torch.Tensor
     token_dim: int | None  # the token dim of the conformed tensors (None: unknown)
-    note: str = ""  # "", "reshaped", "tokens 0:16 of 16/32"
+    note: str = ""  # "" or "tokens 0:16 of 16/32"
 
 
 def conform(ref: torch.Tensor, cand: torch.Tensor, ref_row: dict | None = None,
@@ -39,7 +39,7 @@ def conform(ref: torch.Tensor, cand: torch.Tensor, ref_row: dict | None = None,
         raise ShapeMismatch(f"shapes differ: {list(ref.shape)} vs {list(cand.shape)} (packed fp4)")
     rs, cs = _squeezed(ref.shape), _squeezed(cand.shape)
     if rs == cs:
-        return Conformed(ref, cand.reshape(ref.shape), token_dim, "reshaped")
+        return Conformed(ref, cand.reshape(ref.shape), token_dim)  # [1, T, H] vs [T, H]: routine, no note
     if len(rs) == len(cs):
         diff = [i for i, (a, b) in enumerate(zip(rs, cs)) if a != b]
         if len(diff) == 1:

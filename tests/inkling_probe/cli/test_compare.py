@@ -46,7 +46,7 @@ def test_divergence_exits_1_and_names_the_culprit(dumps):
     r = run(dumps["ref"], dumps["bad"])
     assert r.exit_code == 1, r.output
     assert "culprit: layers.1.resid" in r.output and "first divergence: layers.1.resid" in r.output
-    assert "<- culprit" in r.output
+    assert "CULPRIT,FIRST" in r.output
 
 
 def test_json_document(dumps):
