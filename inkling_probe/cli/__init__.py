@@ -19,6 +19,7 @@ BUILTIN = {
     "ls": "inkling_probe.cli.ls:command",
     "show": "inkling_probe.cli.show:command",
     "compare": "inkling_probe.cli.compare:command",
+    "replay": "inkling_probe.cli.replay:command",
 }
 ENTRY_POINT_GROUP = "inkling_probe.commands"
 
@@ -38,12 +39,12 @@ class LazyGroup(click.Group):
         return specs
 
     def list_commands(self, ctx):
-        return sorted(self._specs())
+        return sorted(set(self._specs()) | set(self.commands))
 
     def get_command(self, ctx, name):
         spec = self._specs().get(name)
         if spec is None:
-            return None
+            return self.commands.get(name)
         try:
             return _load(spec)
         except ImportError as e:  # keep --help working; say why when the command is used
@@ -80,7 +81,8 @@ def main(argv=None) -> None:
     from inkling_probe.errors import ProbeError
 
     try:
-        group.main(args=argv, prog_name="inkling-probe", standalone_mode=False)
+        code = group.main(args=argv, prog_name="inkling-probe", standalone_mode=False)
+        sys.exit(code if isinstance(code, int) else 0)  # ctx.exit(n) returns n in this mode
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
     except click.ClickException as e:
