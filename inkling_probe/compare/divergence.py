@@ -11,11 +11,17 @@ so a row whose inputs are within tolerance has ``jump = s``, and a row that mere
 upstream error forward has ``jump ~ 1``. The first divergence is the first diverged row in execution
 order; the culprit is the diverged row with the largest jump (the earliest on ties): the op where
 the error is born. A row can only be the culprit with ``jump > 1``.
+
+Decisions (integer keys such as top-k expert ids) are discontinuous: a small upstream error can
+flip one and its "jump" then measures nothing but the flip. A decision whose inputs were already
+off (``score_in > 1``) is therefore a consequence, never the culprit; one that changed while its
+inputs were within tolerance can be.
 """
 from __future__ import annotations
 
 import math
 
+from inkling_probe.compare.measure import is_decision
 from inkling_probe.compare.report import Row
 
 
@@ -48,9 +54,16 @@ def first_divergence(rows: list[Row]) -> Row | None:
 
 
 def culprit(rows: list[Row]) -> Row | None:
-    """The diverged row with the largest jump (> 1), the earliest on ties."""
+    """The diverged row with the largest jump (> 1), the earliest on ties; decisions fed by an
+    already-diverged input are skipped."""
     best = None
     for r in rows:
-        if r.diverged and r.jump > 1.0 and (best is None or r.jump > best.jump):
+        if not r.diverged or r.jump <= 1.0 or (_is_decision(r) and r.score_in > 1.0):
+            continue
+        if best is None or r.jump > best.jump:
             best = r
     return best
+
+
+def _is_decision(row: Row) -> bool:
+    return bool(row.ref_dtype) and is_decision(row.ref_dtype)

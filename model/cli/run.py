@@ -122,7 +122,7 @@ def hf_run(ckpt: str, dtype: str, ids: list[int], max_new: int, eos, dump: str, 
         return {"error": str(e)}
     g = torch.Generator().manual_seed(gen["seed"]) if gen["temperature"] else None
     tokens, reason, cache, step_ids = [], "length", None, torch.tensor([ids])
-    with inkling_probe.record(model, dump, name_map="hf_inkling", token_dim=1), torch.no_grad():
+    with inkling_probe.record(model, dump, name_map="hf_inkling"), torch.no_grad():
         for _ in range(max(max_new, 1)):
             inkling_probe.step()
             out = model(input_ids=step_ids, cache=cache, use_cache=True)

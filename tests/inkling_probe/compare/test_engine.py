@@ -249,3 +249,23 @@ def test_include_and_steps_filters(tmp_path, x):
     assert not compare(a, b, include="p").diverged
     assert not compare(a, b, steps={1}).diverged
     assert compare(a, b, steps={0}).diverged
+
+
+def test_decision_flipped_by_an_upstream_error_is_not_the_culprit():
+    """The demo's case: the NVFP4 experts diverge a little (born there), and the next layer's
+    router flips a few tokens' experts, a big 'jump' that only measures the flip."""
+    from inkling_probe.compare.divergence import attribute, culprit
+    from inkling_probe.compare.report import Row
+
+    def row(key, layer, score, dtype):
+        return Row(key=key, step=0, call=0, layer=layer, ref_dtype=dtype, score=score,
+                   status="diverged" if score > 1 else "ok")
+
+    rows = [row("layers.3.mlp_norm", 3, 0.3, "bfloat16"), row("layers.3.mlp.experts", 3, 1.2, "bfloat16"),
+            row("layers.3.resid", 3, 1.3, "bfloat16"), row("layers.4.mlp.topk_idx", 4, 2.5, "int64"),
+            row("layers.4.resid", 4, 1.6, "bfloat16")]
+    attribute(rows)
+    assert culprit(rows).key == "layers.3.mlp.experts"
+    clean = [row("layers.4.mlp.router_logits", 4, 0.2, "float32"), row("layers.4.mlp.topk_idx", 4, 3.0, "int64")]
+    attribute(clean)
+    assert culprit(clean).key == "layers.4.mlp.topk_idx"  # changed with its inputs in tolerance: born here
