@@ -32,7 +32,7 @@ METRICS = ("rel_rms", "cosine", "max_abs", "max_rel", "outside")
               help="Also run the candidate module KEY on REF's recorded inputs (needs --ckpt).")
 @click.option("--ckpt", type=click.Path(), default=None, help="Candidate checkpoint dir for --replay.")
 @click.option("--factory", default=None,
-              help="MODULE:FUNCTION building the --replay module from --ckpt (default: inkling_model).")
+              help="MODULE:FUNCTION or registered name building the --replay module (default: the registered one).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(ref, cand, control, name_map, metric, threshold, k, include, steps, diverged_only, no_explain,
             replay_key, ckpt, factory, as_json):

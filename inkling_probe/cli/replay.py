@@ -5,9 +5,10 @@ parameter layout permutations are tried (a permutation that fixes it names a wei
 Also reachable as ``inkling-probe compare REF CAND --replay KEY --ckpt DIR``.
 
 The candidate module comes from a factory ``build(ckpt, key, dtype) -> torch.nn.Module``:
-``--factory MODULE:FUNCTION`` for any engine; the default builds inkling_model at TP=1 from the
-checkpoint (faults planted through ``INKLING_FAULT`` as for ``inkling-probe run``) and returns its
-submodule at the module path KEY (inkling_model's canonical probe names are its module paths).
+``--factory MODULE:FUNCTION`` for any engine, or a factory registered in the
+``inkling_probe.replay_factories`` entry-point group (inkling_model's builds the model at TP=1 from
+the checkpoint, faults planted through ``INKLING_FAULT`` as for ``inkling-probe run``, and returns
+its submodule at the module path KEY).
 """
 from __future__ import annotations
 
@@ -18,34 +19,31 @@ import click
 from inkling_probe.cli.common import BadInput, console, emit_json, fmt, open_dump
 
 
-def inkling_model_factory(ckpt: str, key: str, dtype):
-    """inkling_model (TP=1, ``dtype``) loaded from ``ckpt``; its submodule at path ``key``."""
-    try:
-        from inkling_model.config import InklingConfig
-        from inkling_model.model import InklingForCausalLM
-        from inkling_model.weights import load_checkpoint
-    except ImportError as e:
-        raise BadInput(f"the default replay factory needs inkling_model ({e}); pass --factory") from None
-    try:
-        config = InklingConfig.from_pretrained(ckpt)
-        model = InklingForCausalLM(config, dtype=dtype)
-        load_checkpoint(model, ckpt, config)
-    except (OSError, ValueError, KeyError) as e:
-        raise BadInput(f"--ckpt {ckpt}: {str(e).splitlines()[0]}") from None
-    try:
-        return model.get_submodule(key)
-    except AttributeError:
-        raise BadInput(f"{key!r} is not a module path of inkling_model (e.g. layers.2.mlp.experts)") from None
+FACTORY_GROUP = "inkling_probe.replay_factories"
 
 
 def load_factory(spec: str | None):
-    if not spec:
-        return inkling_model_factory
-    module, _, attr = spec.partition(":")
-    try:
-        return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as e:
-        raise BadInput(f"--factory {spec!r}: {e}") from None
+    """``MODULE:FUNCTION``, a factory's entry-point name, or (None) the one registered factory.
+
+    Models register theirs in the ``inkling_probe.replay_factories`` entry-point group (inkling_model
+    registers ``inkling_model``), so the toolkit itself never imports a model.
+    """
+    from importlib.metadata import entry_points
+
+    if spec and ":" in spec:
+        module, _, attr = spec.partition(":")
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as e:
+            raise BadInput(f"--factory {spec!r}: {e}") from None
+    found = {ep.name: ep for ep in entry_points(group=FACTORY_GROUP)}
+    if spec:
+        if spec not in found:
+            raise BadInput(f"--factory {spec!r}: no such registered factory (registered: {sorted(found) or 'none'})")
+        return found[spec].load()
+    if len(found) != 1:
+        raise BadInput(f"{len(found)} replay factories are registered ({sorted(found)}): pass --factory")
+    return next(iter(found.values())).load()
 
 
 def run_replay(ref_dump, key: str, ckpt: str, factory=None, dtype_name: str | None = None, step: int = 0):
@@ -92,7 +90,7 @@ def lines(res) -> list[str]:
 @click.argument("ref", type=click.Path())
 @click.argument("key")
 @click.option("--ckpt", required=True, type=click.Path(), help="Candidate checkpoint dir.")
-@click.option("--factory", default=None, help="MODULE:FUNCTION building the candidate module (default: inkling_model).")
+@click.option("--factory", default=None, help="MODULE:FUNCTION or a registered factory name (default: the one registered, inkling_model).")
 @click.option("--dtype", "dtype_name", type=click.Choice(["fp32", "bf16"]), default=None,
               help="Candidate dtype (default: that of the recorded input).")
 @click.option("--step", default=0, show_default=True)

@@ -85,3 +85,18 @@ def test_bad_input_exits_2(ref, args, needle):
 def test_compare_replay_needs_ckpt(ref):
     r = invoke(compare_command, ref, ref, "--replay", "block")
     assert r.exit_code == 2 and "--ckpt" in r.output
+
+
+def test_toolkit_never_imports_the_model_and_finds_its_registered_factory():
+    import pathlib
+    import re
+
+    from inkling_probe.cli.replay import load_factory
+
+    src = pathlib.Path(__file__).resolve().parents[3] / "inkling_probe"
+    importing = re.compile(r"^\s*(from|import)\s+inkling_model\b", re.M)
+    offenders = [str(p) for p in src.rglob("*.py") if importing.search(p.read_text())]
+    assert offenders == [], offenders  # DESIGN: dependencies point one way, model -> toolkit
+    from inkling_model.replay_factory import build
+
+    assert load_factory(None) is build and load_factory("inkling_model") is build
