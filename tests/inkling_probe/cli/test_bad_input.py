@@ -13,19 +13,17 @@ from click.testing import CliRunner
 import inkling_probe
 from inkling_probe.cli import group
 
+from dumps import write
+
 SEG0 = "rank00000-seg000000.h5"
 SCRIPT = os.path.join(os.path.dirname(sys.executable), "inkling-probe")
 
 
 @pytest.fixture(scope="module")
 def dump(tmp_path_factory):
-    path = tmp_path_factory.mktemp("cli_bad") / "d"
-    with inkling_probe.recording(path):
-        for step in range(2):
-            inkling_probe.step()
-            inkling_probe.probe("layers.0.attn.q", torch.arange(12.0).reshape(3, 4) + step)
-            inkling_probe.probe("big", torch.full((300, 300), float(step)))
-    return str(path)
+    steps = [[("layers.0.attn.q", torch.arange(12.0).reshape(3, 4) + s), ("big", torch.full((300, 300), float(s)))]
+             for s in range(2)]
+    return write(tmp_path_factory.mktemp("cli_bad") / "d", steps, writer="process")
 
 
 @pytest.fixture(scope="module")

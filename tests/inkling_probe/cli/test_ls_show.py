@@ -9,17 +9,15 @@ from click.testing import CliRunner
 import inkling_probe
 from inkling_probe.cli import group
 
+from dumps import write
+
 
 @pytest.fixture(scope="module")
 def dump(tmp_path_factory):
-    path = tmp_path_factory.mktemp("cli") / "d"
-    with inkling_probe.recording(path):
-        for step in range(2):
-            inkling_probe.step()
-            inkling_probe.probe("layers.0.attn.q", torch.arange(12.0).reshape(3, 4) + step)
-            inkling_probe.probe("layers.0.mlp.out", torch.tensor([1.0, float("nan"), -2.0]))
-            inkling_probe.probe("logits", torch.ones(2, 3).bfloat16())
-    return str(path)
+    steps = [[("layers.0.attn.q", torch.arange(12.0).reshape(3, 4) + s),
+              ("layers.0.mlp.out", torch.tensor([1.0, float("nan"), -2.0])), ("logits", torch.ones(2, 3).bfloat16())]
+             for s in range(2)]
+    return write(tmp_path_factory.mktemp("cli") / "d", steps, writer="process")
 
 
 def run(*args):

@@ -5,7 +5,7 @@ import torch
 from inkling_probe.compare import compare
 from inkling_probe.errors import DumpError
 
-from .dumps import write, write_tp
+from dumps import write, write_tp
 
 G = torch.Generator().manual_seed(1)
 

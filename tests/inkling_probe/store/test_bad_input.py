@@ -4,6 +4,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import h5py
 import pytest
@@ -13,19 +14,17 @@ import inkling_probe
 from inkling_probe import settings
 from inkling_probe.errors import DumpError, KeyNotFound, SettingsError
 
+from dumps import write
+
 SEG0 = "rank00000-seg000000.h5"
 
 
 @pytest.fixture(scope="module")
 def dump(tmp_path_factory):
     """A 2-step dump: 'x' [3, 4] (packed) and 'big' [300, 300] float32 (own dataset), steps 0 and 1."""
-    path = tmp_path_factory.mktemp("bad") / "d"
-    with inkling_probe.recording(path):
-        for step in range(2):
-            inkling_probe.step()
-            inkling_probe.probe("x", torch.arange(12.0).reshape(3, 4) + step)
-            inkling_probe.probe("big", torch.full((300, 300), float(step)))
-    return path
+    steps = [[("x", torch.arange(12.0).reshape(3, 4) + s), ("big", torch.full((300, 300), float(s)))]
+             for s in range(2)]
+    return Path(write(tmp_path_factory.mktemp("bad") / "d", steps, writer="process"))
 
 
 def one_line_error(path, error=DumpError, **match) -> str:

@@ -1,4 +1,8 @@
-"""Helpers: write small synthetic dumps with the real recorder (one process, ranks simulated)."""
+"""Test helper: write small synthetic dumps with the real recorder (one process, ranks simulated).
+
+Importable as ``dumps`` from every test folder under tests/inkling_probe (pytest puts this folder
+on sys.path: it has no __init__.py).
+"""
 from __future__ import annotations
 
 import os
@@ -7,11 +11,13 @@ import inkling_probe
 
 
 def write(path, steps, rank: int = 0, world: int = 1, **settings):
-    """``steps``: a list (one per step) of lists of (key, tensor) or (key, tensor, probe kwargs)."""
+    """``steps``: a list (one per step) of lists of (key, tensor) or (key, tensor, probe kwargs).
+
+    ``settings`` go to :func:`inkling_probe.recording` (the writer defaults to ``inline``)."""
     old = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE")}
     os.environ["RANK"], os.environ["WORLD_SIZE"] = str(rank), str(world)
     try:
-        with inkling_probe.recording(str(path), writer="inline", **settings):
+        with inkling_probe.recording(str(path), **{"writer": "inline", **settings}):
             for items in steps:
                 inkling_probe.step()
                 for item in items:
