@@ -15,7 +15,7 @@ from inkling_probe.errors import SettingsError
 from inkling_probe.settings import Settings
 from inkling_probe.store import schema
 from inkling_probe.store.dtypes import dtype_name, encode
-from inkling_probe.store.writer import SegmentWriter, prepare_dir
+from inkling_probe.store.writer import prepare_dir
 
 
 def current_rank() -> tuple[int, int]:
@@ -37,6 +37,8 @@ class Recorder:
         self._calls: Counter = Counter()
         self._writer = None
         self._opened = False
+        self._dirty = False  # something was recorded since the last segment ended
+        self._wanted: dict[str, bool] = {}  # name -> passes the include/exclude globs
         self.rank, self.world_size = 0, 1
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -53,14 +55,16 @@ class Recorder:
             from inkling_probe.store.writer_process import ProcessWriter
             self._writer = ProcessWriter(s.path, self.rank, self.world_size, **options)
         else:
+            from inkling_probe.store.writer import SegmentWriter
             self._writer = SegmentWriter(s.path, self.rank, self.world_size, **options)
         return self._writer
 
     def next_step(self) -> None:
         """Start the next step (after the current one is on disk); the first call keeps step 0."""
         if self._touched:
-            if self._writer is not None:
+            if self._writer is not None and self._dirty:
                 self._writer.end_segment(complete_through_step=self.step_id)
+                self._dirty = False
             self.step_id += 1
         self._touched = True
         self._seq = 0
@@ -77,7 +81,10 @@ class Recorder:
         seq = self._seq
         self._seq += 1
         s = self.settings
-        if self.step_id not in s.steps or not s.wants(name):
+        wanted = self._wanted.get(name)
+        if wanted is None:
+            wanted = self._wanted[name] = s.wants(name)
+        if not wanted or self.step_id not in s.steps:
             return
         writer = self._writer if self._opened else self._open()
         if writer is None:
@@ -87,6 +94,7 @@ class Recorder:
         _check_layout(name, tensor, shard, dim)
         call = self._calls[name]
         self._calls[name] += 1
+        token_dim = _token_dim(tensor, token_dim)
         t, token_start = _slice_tokens(tensor.detach(), s.tokens, token_dim)
         if t.is_cuda and torch.cuda.is_current_stream_capturing():
             raise RuntimeError(f"probe {name!r}: eager probes cannot run inside CUDA-graph capture")
@@ -95,12 +103,13 @@ class Recorder:
         row = {
             "key": name, "step": self.step_id, "seq": seq, "call": call, "rank": self.rank,
             "shape": schema.shape_text(t.shape), "dtype": dtype_name(t.dtype), "storage": storage,
-            "shard": shard, "dim": schema.NO_DIM if dim is None else dim % tensor.dim(),
+            "shard": shard, "dim": dim % tensor.dim() if shard == "concat" else schema.NO_DIM,
             "token_dim": schema.NO_DIM if token_dim is None else token_dim, "token_start": token_start,
             "numel": t.numel(),
             "meta": json.dumps(meta, sort_keys=True, default=str) if meta else "",
         }
         writer.add(row, array, stats=s.mode != "hash", store=s.mode == "full", attrs=_attrs(row))
+        self._dirty = True
 
 
 def _check_layout(name: str, tensor: torch.Tensor, shard: str, dim) -> None:
@@ -112,8 +121,15 @@ def _check_layout(name: str, tensor: torch.Tensor, shard: str, dim) -> None:
         raise SettingsError(f"probe name {name!r}: must be non-empty and contain no '/'")
 
 
+def _token_dim(t: torch.Tensor, token_dim: int | None) -> int | None:
+    """The tensor's token dim, normalised (negative dims count from the end); None if it has none."""
+    if token_dim is None or not -t.dim() <= token_dim < t.dim():
+        return None
+    return token_dim % t.dim()
+
+
 def _slice_tokens(t: torch.Tensor, tokens: slice | None, token_dim: int | None):
-    if tokens is None or token_dim is None or t.dim() <= token_dim:
+    if tokens is None or token_dim is None:
         return t, 0
     start, _, _ = tokens.indices(t.shape[token_dim])
     return t[(slice(None),) * token_dim + (tokens,)], start

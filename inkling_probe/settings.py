@@ -199,8 +199,18 @@ def make(path, **overrides) -> Settings:
         if name not in _PARSERS:
             raise SettingsError(f"{name}: unknown recording setting (known: {', '.join(_PARSERS)})")
         var, parse = _PARSERS[name]
-        if isinstance(value, str) or (name in ("include", "exclude") and value is not None
-                                      and not isinstance(value, tuple)):
-            value = parse(var, value if isinstance(value, str) else ",".join(value))
-        values[name] = value
+        values[name] = value if isinstance(value, (StepRange, slice)) else parse(var, _as_text(value))
     return Settings(**{**base.__dict__, **values})
+
+
+def _as_text(value) -> str:
+    """An override in the text form its variable takes, so one parser validates both."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, (set, frozenset)):
+        value = sorted(value)
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)

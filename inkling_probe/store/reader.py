@@ -206,8 +206,8 @@ def _row(r) -> dict:
         elif isinstance(v, np.generic):
             v = v.item()
         out[name] = v
+    out["shape_text"] = out["shape"]
     out["shape"] = schema.parse_shape(out["shape"])
-    out["shape_text"] = schema.shape_text(out["shape"])
     out["meta"] = json.loads(out["meta"]) if out["meta"] else {}
     return out
 

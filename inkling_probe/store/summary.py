@@ -14,15 +14,15 @@ def global_rows(index: list[dict], world_size: int) -> list[dict]:
     """Combine per-rank index rows into global rows, in execution order."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in index:
-        groups[(r["key"], r["step"], r["call"])].append({**r, "world_size": world_size})
-    out = [_combine(sorted(rows, key=lambda r: r["rank"])) for rows in groups.values()]
+        groups[(r["key"], r["step"], r["call"])].append(r)
+    out = [_combine(sorted(rows, key=lambda r: r["rank"]), world_size) for rows in groups.values()]
     return sorted(out, key=lambda r: (r["step"], r["seq"]))
 
 
-def _combine(rows: list[dict]) -> dict:
+def _combine(rows: list[dict], world_size: int) -> dict:
     first = dict(rows[0])
     first["ranks"] = [r["rank"] for r in rows]
-    first["incomplete"] = first["shard"] != "replicated" and len(rows) < first.get("world_size", len(rows))
+    first["incomplete"] = first["shard"] != "replicated" and len(rows) < world_size
     if first["shard"] == "replicated" or len(rows) == 1 or first["incomplete"]:
         return first  # one rank's shard when others did not record it: ls says so
     if first["shard"] == "partial":

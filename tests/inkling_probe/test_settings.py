@@ -58,3 +58,12 @@ def test_make_overrides_take_text_or_values():
     assert isinstance(s.steps, StepRange) and 1 in s.steps and 3 not in s.steps
     with pytest.raises(SettingsError, match="colour"):
         make("/tmp/y", colour=True)
+
+
+def test_make_validates_python_values_like_text():
+    assert make("/tmp/y", steps=1).steps.ids == frozenset({1})
+    assert make("/tmp/y", ranks=[0, 2]).ranks == frozenset({0, 2}) and make("/tmp/y", ranks=0).ranks == {0}
+    assert make("/tmp/y", overwrite=True).overwrite and make("/tmp/y", segment_mb=64).segment_mb == 64
+    for bad in (dict(segment_mb=0), dict(steps=-1), dict(mode="fast"), dict(ranks="x")):
+        with pytest.raises(SettingsError, match="(?i)INKLING_PROBE_" + next(iter(bad))):
+            make("/tmp/y", **bad)

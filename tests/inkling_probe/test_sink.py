@@ -102,3 +102,31 @@ def test_env_configuration_is_read_at_start(tmp_path):
     sink.stop()
     assert inkling_probe.open(tmp_path / "env").keys() == ["x"]
     assert sink.configure_from_env({}) is False and not inkling_probe.enabled()
+
+
+def test_negative_and_missing_token_dims(tmp_path):
+    x = torch.arange(8.0).reshape(2, 4)
+    with inkling_probe.recording(tmp_path / "d", tokens="0:1"):
+        inkling_probe.probe("last_dim", x, token_dim=-1)   # tokens along the last dim
+        inkling_probe.probe("beyond", torch.arange(3.0), token_dim=2)  # no such dim: not sliced
+        inkling_probe.probe("scalar", torch.tensor(1.0), dim=0)        # dim only matters for concat
+    d = inkling_probe.open(tmp_path / "d")
+    rows = {r["key"]: r for r in d.index}
+    assert torch.equal(d.tensor("last_dim"), x[:, :1]) and rows["last_dim"]["token_dim"] == 1
+    assert torch.equal(d.tensor("beyond"), torch.arange(3.0)) and rows["beyond"]["token_dim"] == -1
+    assert rows["scalar"]["dim"] == -1
+
+
+def test_steps_with_nothing_recorded_cost_no_writer_round_trip(tmp_path, monkeypatch):
+    from inkling_probe.store.writer_process import ProcessWriter
+
+    ends = []
+    real = ProcessWriter.end_segment
+    monkeypatch.setattr(ProcessWriter, "end_segment",
+                        lambda self, complete_through_step: (ends.append(complete_through_step), real(self, complete_through_step)))
+    with inkling_probe.recording(tmp_path / "d", steps="0"):
+        for _ in range(5):
+            inkling_probe.step()
+            inkling_probe.probe("x", torch.ones(2))
+    assert ends == [0]  # steps 1-4 recorded nothing: no segment to end
+    assert inkling_probe.open(tmp_path / "d").steps("x") == [0]
