@@ -8,11 +8,11 @@ inputs ``P.in.0`` and keyword inputs ``P.in.<name>``; a root that returns a bare
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 
 import torch
 
 from inkling_probe import sink
+from inkling_probe.settings import glob_patterns, matches_any
 
 
 def flatten(value, prefix: str):
@@ -32,14 +32,13 @@ def _join(prefix: str, suffix: str) -> str:
 
 
 class _Capture:
-    def __init__(self, include, inputs: bool, name_map, token_dim):
-        self.include = tuple([include] if isinstance(include, str) else include or ())
-        self.inputs = inputs
+    def __init__(self, include, name_map, token_dim):
+        self.include = glob_patterns(include)
         self.name_map = name_map
         self.token_dim = token_dim
 
     def wanted(self, path: str) -> bool:
-        return not self.include or any(fnmatch.fnmatchcase(path, g) for g in self.include)
+        return not self.include or matches_any(path, self.include)
 
     def emit(self, key: str, tensor: torch.Tensor) -> None:
         name = self.name_map.apply(key) if self.name_map is not None else key
@@ -75,7 +74,7 @@ def record(module: torch.nn.Module, path=None, include=None, inputs: bool = True
     """
     from inkling_probe.namemap import NameMap
 
-    capture = _Capture(include, inputs, NameMap.load(name_map) if name_map is not None else None, token_dim)
+    capture = _Capture(include, NameMap.load(name_map) if name_map is not None else None, token_dim)
     handles = []
     with contextlib.ExitStack() as stack:
         if path is not None:

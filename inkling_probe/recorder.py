@@ -108,7 +108,7 @@ class Recorder:
             "numel": t.numel(),
             "meta": json.dumps(meta, sort_keys=True, default=str) if meta else "",
         }
-        writer.add(row, array, stats=s.mode != "hash", store=s.mode == "full", attrs=_attrs(row))
+        writer.add(row, array, stats=s.mode != "hash", store=s.mode == "full")
         self._dirty = True
 
 
@@ -133,19 +133,6 @@ def _slice_tokens(t: torch.Tensor, tokens: slice | None, token_dim: int | None):
         return t, 0
     start, _, _ = tokens.indices(t.shape[token_dim])
     return t[(slice(None),) * token_dim + (tokens,)], start
-
-
-def _attrs(row: dict) -> dict | None:
-    """Attributes for plain-tool readers where the stored type is not the original (bf16, fp8, fp4).
-
-    Everything else about a tensor is in the index; per-dataset attributes cost ~0.1 ms each.
-    """
-    attrs = {}
-    if row["storage"] != "native":
-        attrs = {"dtype": row["dtype"], "storage": row["storage"]}
-    if row["meta"]:
-        attrs["meta"] = row["meta"]
-    return attrs or None
 
 
 def _run_meta(s: Settings) -> dict:

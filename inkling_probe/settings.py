@@ -34,6 +34,16 @@ VARIABLES = {
 }
 
 
+def glob_patterns(globs) -> tuple[str, ...]:
+    """None, one glob or several -> a tuple of globs."""
+    return (globs,) if isinstance(globs, str) else tuple(globs or ())
+
+
+def matches_any(name: str, globs: tuple[str, ...]) -> bool:
+    """Does ``name`` match one of ``globs`` (case-sensitive fnmatch)?"""
+    return any(fnmatch.fnmatchcase(name, g) for g in globs)
+
+
 @dataclass(frozen=True)
 class StepRange:
     """The steps to record: explicit ids, or a half-open range (either end open)."""
@@ -67,9 +77,9 @@ class Settings:
 
     def wants(self, name: str) -> bool:
         """True when ``name`` passes the include and exclude globs."""
-        if self.include and not any(fnmatch.fnmatchcase(name, g) for g in self.include):
+        if self.include and not matches_any(name, self.include):
             return False
-        return not any(fnmatch.fnmatchcase(name, g) for g in self.exclude)
+        return not matches_any(name, self.exclude)
 
     def rank_records(self, rank: int) -> bool:
         return self.ranks is None or rank in self.ranks

@@ -70,7 +70,7 @@ def fmt(x, digits: int = 4) -> str:
 
 def key_filter(patterns):
     """A predicate: does a key match any of the globs (all keys with none)?"""
-    import fnmatch
+    from inkling_probe.settings import glob_patterns, matches_any
 
-    pats = tuple(patterns)
-    return lambda key: not pats or any(fnmatch.fnmatchcase(key, p) for p in pats)
+    pats = glob_patterns(patterns)
+    return lambda key: not pats or matches_any(key, pats)

@@ -20,6 +20,7 @@ def command(dump, key, step, call, rank, slice_text, bins, as_json):
     import torch
 
     from inkling_probe.errors import ProbeError
+    from inkling_probe.store.dtypes import FP4X2
     from inkling_probe.tensor_summary import histogram, parse_slice, value_stats
 
     d = open_dump(dump)
@@ -27,7 +28,7 @@ def command(dump, key, step, call, rank, slice_text, bins, as_json):
         t = d.tensor(key, step=step, rank=rank, call=call)
     except ProbeError as e:
         raise BadInput(str(e)) from None
-    values = t.view(torch.uint8) if t.dtype is getattr(torch, "float4_e2m1fn_x2", None) else t
+    values = t.view(torch.uint8) if t.dtype is FP4X2 else t
     stats = value_stats(values)
     try:
         shown = values[parse_slice(slice_text, values.dim())] if slice_text else _corner(values)

@@ -10,7 +10,6 @@ over chunks, so peak memory follows the largest tensor, not the dump.
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 from dataclasses import dataclass, field
 
 import torch
@@ -21,6 +20,8 @@ from inkling_probe.compare.measure import Measured, is_decision, measure
 from inkling_probe.compare.ranks import check_replicated
 from inkling_probe.compare.report import Report, Row, score_of
 from inkling_probe.errors import DumpError
+from inkling_probe.settings import glob_patterns, matches_any
+from inkling_probe.store.reader import as_dump
 
 _TWO_BYTES_PLUS = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 
@@ -72,19 +73,10 @@ def _dtype(name: str) -> torch.dtype | None:
     return d if isinstance(d, torch.dtype) else None
 
 
-def _open(d):
-    if d is None:
-        return None
-    if isinstance(d, (str, bytes)) or hasattr(d, "__fspath__"):
-        import inkling_probe
-        return inkling_probe.open(d)
-    return d
-
-
 def _filtered(ents: dict, include, steps) -> dict:
-    pats = tuple([include] if isinstance(include, str) else include or ())
+    pats = glob_patterns(include)
     return {k: e for k, e in ents.items()
-            if (not pats or any(fnmatch.fnmatchcase(k[0], p) for p in pats))
+            if (not pats or matches_any(k[0], pats))
             and (steps is None or k[1] in steps)}
 
 
@@ -127,7 +119,7 @@ def _compare(ref, cand, control=None, *, name_map=None, metric: str = "rel_rms",
     if metric == "max_abs" and threshold is None and control is None:
         raise ValueError("metric max_abs has no dtype default: pass a threshold or a control")
     nm = NameMap.load(name_map) if name_map is not None else None
-    dumps = {"reference": _open(ref), "candidate": _open(cand), "control": _open(control)}
+    dumps = {"reference": as_dump(ref), "candidate": as_dump(cand), "control": as_dump(control)}
     ents = {label: _filtered(entries(d, nm, label), include, steps) for label, d in dumps.items() if d is not None}
     al = align(ents["reference"], ents["candidate"])
     if not any(p.cand is not None for p in al.pairs):

@@ -31,13 +31,15 @@ import math
 
 import torch
 
+from inkling_probe.store.dtypes import FP4X2
+
 K_DEFAULT = 2.0
 _MIN_BASE = {torch.float64: 1e-12, torch.float32: 1e-5}
 
 
 def precision_rank(dtype: torch.dtype) -> float:
     """The dtype's epsilon (larger = coarser); 0 for non-floats."""
-    if dtype is getattr(torch, "float4_e2m1fn_x2", None):
+    if dtype is FP4X2:
         return 0.5
     if not dtype.is_floating_point:
         return 0.0

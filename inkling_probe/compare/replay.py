@@ -24,6 +24,7 @@ from inkling_probe.compare.explain.permute import (concat_to_interleaved, interl
 from inkling_probe.compare.floor import base_threshold, coarsest
 from inkling_probe.compare.metrics import Metrics, compare_tensors
 from inkling_probe.errors import DumpError
+from inkling_probe.store.reader import as_dump
 
 
 @dataclass
@@ -95,7 +96,7 @@ def replay(module: torch.nn.Module, dump, key: str, *, step: int = 0, call: int 
 
     ``dump`` is a path or an open dump; ``threshold`` replaces the dtype default (depth 0).
     """
-    opened = _open(dump)
+    opened = as_dump(dump)
     try:
         return _replay(module, opened, key, step, call, name_map, args, kwargs, threshold, search_layouts)
     finally:
@@ -127,13 +128,6 @@ def _replay(module, dump, key, step, call, name_map, args, kwargs, threshold, se
         r = dump.tensor(ref[target.key].key, step=step, call=call)
         result.layout = search_weight_layouts(module, args, kwargs, target.key, key, r, target.threshold)
     return result
-
-
-def _open(d):
-    if isinstance(d, (str, bytes)) or hasattr(d, "__fspath__"):
-        import inkling_probe
-        return inkling_probe.open(d)
-    return d
 
 
 def _like(x, param_dtypes):

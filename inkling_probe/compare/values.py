@@ -11,7 +11,7 @@ import torch
 
 CHUNK = 1 << 19  # elements per float64 chunk (4 MiB): bounds the temporaries of any metric
 
-FP4X2 = getattr(torch, "float4_e2m1fn_x2", None)
+from inkling_probe.store.dtypes import FP4X2  # noqa: E402  (one definition of the optional dtype)
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
                      -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=torch.float64)
 

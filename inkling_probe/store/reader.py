@@ -31,6 +31,11 @@ def open_dump(path) -> "Dump":
     return Dump(path)
 
 
+def as_dump(d) -> "Dump | None":
+    """A Dump from a path, the Dump itself, or None for None (for APIs taking either)."""
+    return d if d is None or isinstance(d, Dump) else Dump(d)
+
+
 class Dump:
     """A recorded run: the index of every rank's segments, tensors read on demand.
 

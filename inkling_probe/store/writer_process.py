@@ -49,13 +49,12 @@ class ProcessWriter:
                     "ring": self._ring.path, "ring_bytes": self._ring.size, **options})
         self._closed = False
 
-    def add(self, row: dict, array: np.ndarray, *, stats: bool = True, store: bool = True,
-            attrs: dict | None = None) -> None:
+    def add(self, row: dict, array: np.ndarray, *, stats: bool = True, store: bool = True) -> None:
         array = np.ascontiguousarray(array)
         header = {"op": "add", "row": row, "np": array.dtype.str, "shape": array.shape,
-                  "stats": stats, "store": store, "attrs": attrs}
+                  "stats": stats, "store": store}
         if _RING_MIN_BYTES <= array.nbytes <= self._ring.size // 2:
-            header["ring"] = self._ring.put(array, self._wait_for_ring)
+            header["ring"] = (*self._ring.put(array, self._wait_for_ring), array.nbytes)  # pos, end, n
             self._send(header)
             self._flush()  # let the writer start on it now, not when the batch fills
         else:
@@ -173,9 +172,8 @@ def serve(stdin, stdout) -> int:
             if where is None:
                 array = np.frombuffer(payload, dtype=np.dtype(msg["np"])).reshape(msg["shape"])
             else:
-                nbytes = int(np.prod(msg["shape"], dtype=np.int64)) * np.dtype(msg["np"]).itemsize
-                array = ring.view(where[0], nbytes, msg["np"], msg["shape"])
-            writer.add(msg["row"], array, stats=msg["stats"], store=msg["store"], attrs=msg["attrs"])
+                array = ring.view(where[0], where[2], msg["np"], msg["shape"])
+            writer.add(msg["row"], array, stats=msg["stats"], store=msg["store"])
             if where is not None:
                 ring.consumed(where[1])  # add() copied or wrote the data: the space is free again
         elif op == "open":

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import torch
 
+from inkling_probe.store.dtypes import FP4X2
+
 from inkling_probe.compare.explain.base import Context, Finding, rel
 
-_FP4_LIKE = {getattr(torch, "float4_e2m1fn_x2", None), torch.uint8} - {None}
+_FP4_LIKE = {FP4X2, torch.uint8} - {None}
 
 
 def interleaved_to_concat(c: torch.Tensor, d: int) -> torch.Tensor:
