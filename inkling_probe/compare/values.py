@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-CHUNK = 1 << 19  # elements per float64 chunk (4 MiB): bounds the temporaries of any metric
+from inkling_probe.store.dtypes import FP4X2
 
-from inkling_probe.store.dtypes import FP4X2  # noqa: E402  (one definition of the optional dtype)
+CHUNK = 1 << 19  # elements per float64 chunk (4 MiB): bounds the temporaries of any metric
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
                      -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=torch.float64)
 
