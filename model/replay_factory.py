@@ -1,7 +1,7 @@
 """The replay factory inkling_model registers for ``inkling-probe replay`` / ``compare --replay``."""
 from __future__ import annotations
 
-from inkling_probe.cli.common import BadInput
+from inkling_probe.plugins import PluginInputError as BadInput
 
 
 def build(ckpt: str, key: str, dtype):

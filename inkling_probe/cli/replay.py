@@ -12,8 +12,6 @@ its submodule at the module path KEY).
 """
 from __future__ import annotations
 
-import importlib
-
 import click
 
 from inkling_probe.cli.common import BadInput, console, emit_json, fmt, open_dump
@@ -28,22 +26,12 @@ def load_factory(spec: str | None):
     Models register theirs in the ``inkling_probe.replay_factories`` entry-point group (inkling_model
     registers ``inkling_model``), so the toolkit itself never imports a model.
     """
-    from importlib.metadata import entry_points
+    from inkling_probe import plugins
 
-    if spec and ":" in spec:
-        module, _, attr = spec.partition(":")
-        try:
-            return getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as e:
-            raise BadInput(f"--factory {spec!r}: {e}") from None
-    found = {ep.name: ep for ep in entry_points(group=FACTORY_GROUP)}
-    if spec:
-        if spec not in found:
-            raise BadInput(f"--factory {spec!r}: no such registered factory (registered: {sorted(found) or 'none'})")
-        return found[spec].load()
-    if len(found) != 1:
-        raise BadInput(f"{len(found)} replay factories are registered ({sorted(found)}): pass --factory")
-    return next(iter(found.values())).load()
+    try:
+        return plugins.load(plugins.REPLAY_FACTORIES, spec, "--factory")
+    except plugins.PluginInputError as e:
+        raise BadInput(str(e)) from None
 
 
 def run_replay(ref_dump, key: str, ckpt: str, factory=None, dtype_name: str | None = None, step: int = 0):
@@ -65,7 +53,12 @@ def run_replay(ref_dump, key: str, ckpt: str, factory=None, dtype_name: str | No
     else:
         floats = [a.dtype for a in args if a.is_floating_point()]
         dtype = floats[0] if floats else torch.float32
-    module = load_factory(factory)(ckpt, key, dtype)
+    from inkling_probe.plugins import PluginInputError
+
+    try:
+        module = load_factory(factory)(ckpt, key, dtype)
+    except PluginInputError as e:
+        raise BadInput(str(e)) from None
     try:
         res = replay(module, ref_dump, key, step=step)
     except ProbeError as e:

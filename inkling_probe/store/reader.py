@@ -8,11 +8,9 @@ from dataclasses import dataclass
 
 import h5py
 import numpy as np
-import torch
 
 from inkling_probe.errors import DumpError, KeyNotFound
 from inkling_probe.store import schema
-from inkling_probe.store.dtypes import decode
 
 
 @dataclass(frozen=True)
@@ -92,35 +90,57 @@ class Dump:
         return self._by_key[key]
 
     # -- tensors ---------------------------------------------------------------------------
-    def tensor(self, key: str, step: int = 0, rank: int | None = None, call: int = 0) -> torch.Tensor:
-        """The tensor in its original dtype: the global view (shards reassembled) or one rank's."""
-        rows = self.rows(key, step, call)
-        if rank is not None:
-            mine = [r for r in rows if r["rank"] == rank]
-            if not mine:
-                raise KeyNotFound(f"{self.path}: key {key!r} step {step} was not recorded by rank {rank}")
-            return self._load(mine[0])
+    def tensor(self, key: str, step: int = 0, rank: int | None = None, call: int = 0):
+        """The torch tensor in its original dtype: the global view (shards reassembled) or one rank's.
+
+        Imports torch; :meth:`array` reads the same values with numpy alone.
+        """
+        from inkling_probe.store.dtypes import decode
+
+        rows = self._pick(key, step, rank, call)
+        if len(rows) == 1:
+            return decode(self._load_array(rows[0]), rows[0]["dtype"]).reshape(rows[0]["shape"])
+        return decode(self._assemble(key, rows), rows[0]["dtype"])
+
+    def array(self, key: str, step: int = 0, rank: int | None = None, call: int = 0) -> np.ndarray:
+        """The stored values as numpy, without torch: bf16 as exact float32, 8-bit floats as exact
+        float16 (e8m0 as float32), packed fp4 as its uint8 bytes, every other dtype as itself.
+        The index row's ``dtype`` (see :meth:`rows`) names the original dtype."""
+        rows = self._pick(key, step, rank, call)
         return self._assemble(key, rows)
 
-    def shards(self, key: str, step: int = 0, call: int = 0) -> dict[int, torch.Tensor]:
-        """Every rank's tensor for one key, by rank."""
-        return {r["rank"]: self._load(r) for r in self.rows(key, step, call)}
+    def shards(self, key: str, step: int = 0, call: int = 0) -> dict:
+        """Every rank's torch tensor for one key, by rank."""
+        return {r["rank"]: self.tensor(key, step, r["rank"], call) for r in self.rows(key, step, call)}
 
-    def _assemble(self, key: str, rows: list[dict]) -> torch.Tensor:
+    def _pick(self, key: str, step: int, rank: int | None, call: int) -> list[dict]:
+        rows = self.rows(key, step, call)
+        if rank is None:
+            return rows
+        mine = [r for r in rows if r["rank"] == rank]
+        if not mine:
+            raise KeyNotFound(f"{self.path}: key {key!r} step {step} was not recorded by rank {rank}")
+        return mine[:1]
+
+    def _assemble(self, key: str, rows: list[dict]) -> np.ndarray:
         layout = rows[0]["shard"]
-        if layout == "replicated" or (len(rows) == 1 and self.world_size == 1):
-            return self._load(rows[0])
+        if len(rows) == 1 or layout == "replicated":
+            return self._load_array(rows[0]).reshape(rows[0]["shape"])
         world = {r["rank"] for r in rows}
         if len(world) != self.world_size:
             raise DumpError(f"{self.path}: key {key!r} ({layout}) has ranks {sorted(world)} of "
                             f"{self.world_size}; can't reassemble (pass rank=)")
-        parts = [self._load(r) for r in sorted(rows, key=lambda r: r["rank"])]
+        parts = [self._load_array(r).reshape(r["shape"]) for r in sorted(rows, key=lambda r: r["rank"])]
         if layout == "concat":
-            return torch.cat(parts, dim=rows[0]["dim"])
-        total = torch.stack([p.double() for p in parts]).sum(0)  # [..] partial sums in float64
-        return total.to(parts[0].dtype)
+            return np.concatenate(parts, axis=rows[0]["dim"])
+        if rows[0]["dtype"] == "float4_e2m1fn_x2":
+            raise DumpError(f"{self.path}: key {key!r}: packed fp4 partial sums can't be added")
+        total = np.zeros(parts[0].shape, np.float64)  # [..] partial sums in float64, one shard at a time
+        for p in parts:
+            total += p
+        return _round_to(total, rows[0]["dtype"], parts[0].dtype)
 
-    def _load(self, row: dict) -> torch.Tensor:
+    def _load_array(self, row: dict) -> np.ndarray:
         if not row["dataset"]:
             raise DumpError(f"{self.path}: key {row['key']!r} step {row['step']} holds stats only "
                             "(recorded with INKLING_PROBE_MODE=stats or hash)")
@@ -132,8 +152,7 @@ class Dump:
                 array = f[row["dataset"]][()]
         except KeyError:
             raise DumpError(f"{f.filename}: index names {row['dataset']!r} but the dataset is missing") from None
-        t = decode(np.asarray(array), row["dtype"])
-        return t.reshape(row["shape"])
+        return np.asarray(array)
 
     def _pack(self, segment: int, path: str) -> np.ndarray:
         """A whole pack array, cached (packs hold small tensors only, so each is small)."""
@@ -164,6 +183,16 @@ class Dump:
     def __repr__(self):
         return (f"Dump({self.path!r}: {len(self._by_key)} keys, {len(self._rows)} tensors, "
                 f"ranks {self.ranks} of {self.world_size})")
+
+
+def _round_to(total: np.ndarray, dtype_name: str, stored: np.dtype) -> np.ndarray:
+    """A float64 sum rounded (to nearest even) to the original dtype, kept in its stored type."""
+    out = total.astype(stored)
+    if dtype_name == "bfloat16":  # bf16 = the top 16 bits of fp32, rounded to nearest even
+        bits = out.view(np.uint32).astype(np.uint64)
+        rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16).astype(np.uint32)
+        out = np.where(np.isnan(out), out, rounded.view(np.float32))
+    return out
 
 
 def _segment_files(path: str) -> tuple[list[str], list[str]]:
