@@ -6,10 +6,15 @@ transformers' MoE routers). Integer type alone never makes a decision (``positio
 
 - A token's decision is the *set* of its experts: ids in another order (``topk(sorted=False)``)
   are the same decision.
-- A changed token is a **near-tie** when, for every expert swapped in or out, the reference's gap
-  between the two scores is within what the router's own scores moved at that token:
-  ``|S_ref[a] - S_ref[b]| <= TIE_K * (|dS[a]| + |dS[b]|)``. The router's input noise can flip such
-  a choice; it says nothing about the router. Other changes are **clear-margin** flips.
+- A changed token is a **near-tie** when, for every expert ``a`` swapped out for ``b``, the
+  router's scores moved towards the new choice (``dS[b] - dS[a] > 0``: noise in the router's input
+  can flip such a choice, and says nothing about the router) and, where the scores are the very
+  scores the choice is made on (``selection=True`` in the decision's meta), the reference's gap was
+  within that move (``|S_ref[a] - S_ref[b]| <= TIE_K * (|dS[a]| + |dS[b]|)``). With logits that
+  feed a biased or transformed choice (sigmoid + correction bias), the gap in logits says nothing
+  of the choice's margin, so only the direction is tested. Other changes are **clear-margin**
+  flips: the choice changed against its scores (or with scores unchanged), which only a broken
+  router, bias or top-k does.
 - Without scores a change cannot be classed; it is counted as unclassified (docs/COMPARE.md).
 """
 from __future__ import annotations
@@ -52,7 +57,7 @@ def as_sets(ids: np.ndarray) -> np.ndarray:
 
 
 def classify(ref_ids: np.ndarray, cand_ids: np.ndarray, ref_scores: np.ndarray | None = None,
-             cand_scores: np.ndarray | None = None) -> Decision:
+             cand_scores: np.ndarray | None = None, selection: bool = False) -> Decision:
     """Compare decisions token by token (token rows first); scores ``[T, E]`` when known."""
     r, c = as_sets(ref_ids), as_sets(cand_ids)
     out = Decision(token_rows=r.shape[0])
@@ -62,7 +67,8 @@ def classify(ref_ids: np.ndarray, cand_ids: np.ndarray, ref_scores: np.ndarray |
         if not usable:
             out.unclassified.append(t)
             continue
-        tie, gap, noise = _near_tie(set(r[t].tolist()), set(c[t].tolist()), ref_scores[t], cand_scores[t])
+        tie, gap, noise = _near_tie(set(r[t].tolist()), set(c[t].tolist()), ref_scores[t], cand_scores[t],
+                                    selection)
         out.margins[t] = (gap, noise)
         (out.near_tie if tie else out.clear).append(t)
     return out
@@ -74,15 +80,17 @@ def _usable(rs, cs, ids) -> bool:
     return ids.size == 0 or (ids.min() >= 0 and ids.max() < rs.shape[1])
 
 
-def _near_tie(ref_set, cand_set, s_ref, s_cand) -> tuple[bool, float, float]:
+def _near_tie(ref_set, cand_set, s_ref, s_cand, selection: bool) -> tuple[bool, float, float]:
     """(near-tie?, largest reference gap among swapped pairs, the noise that gap was held to)."""
-    d = np.abs(np.asarray(s_cand, np.float64) - np.asarray(s_ref, np.float64))  # [E]
+    moved = np.asarray(s_cand, np.float64) - np.asarray(s_ref, np.float64)  # [E]
+    d = np.abs(moved)
     worst_gap, worst_noise, tie = 0.0, 0.0, True
     for a in ref_set - cand_set:
         for b in cand_set - ref_set:
             gap = abs(float(s_ref[a]) - float(s_ref[b]))
             noise = TIE_K * (float(d[a]) + float(d[b]))
-            if gap > noise:
+            towards_b = float(moved[b]) - float(moved[a]) > 0
+            if not towards_b or (selection and gap > noise):
                 tie = False
             if gap - noise >= worst_gap - worst_noise:
                 worst_gap, worst_noise = gap, noise

@@ -11,8 +11,10 @@ score and its worst token row's score. A row's **feeders** are the keys it is co
 ``score_in`` is the largest feeder score and ``jump = s / max(score_in, 1)``. A diverged row is
 **born** (a culprit) when
 
-1. its inputs are within tolerance (``score_in <= 1``): nothing upstream explains it
-   (``born = "clean_inputs"``); or
+1. its inputs are clean: no feeder is *tainted* (``born = "clean_inputs"``). A row is tainted
+   when it diverged, or when a feeder is tainted and its own score is still at least DECAY (0.5)
+   of its allowance: an upstream error that persists, even just under the allowance, explains
+   what follows it; one that has faded below half the allowance no longer does; or
 2. its error is far beyond what its inputs carry (``jump >= INDEPENDENT``, 8): a second,
    independent error on top of an upstream one (``born = "independent"``).
 
@@ -31,11 +33,13 @@ import math
 from inkling_probe.compare.report import Row
 
 INDEPENDENT = 8.0
+DECAY = 0.5
 
 
 def attribute(rows: list[Row]) -> None:
     """Fill ``feeders``, ``score_in``, ``jump`` and ``born`` of rows in execution order."""
     by_key: dict[tuple, Row] = {}
+    tainted: set[int] = set()
     layer_rows: list[Row] = []
     current = object()
     last_prev: Row | None = None
@@ -49,7 +53,10 @@ def attribute(rows: list[Row]) -> None:
         row.feeders = [f.key for f in feeders][-8:]
         row.score_in = max((f.score for f in feeders if f.status != "skipped"), default=0.0)
         row.jump = _jump(row.score, row.score_in)
-        row.born = _born(row)
+        dirty = any(id(f) in tainted for f in feeders)
+        row.born = _born(row, dirty)
+        if row.diverged or (dirty and row.score >= DECAY):
+            tainted.add(id(row))
         if not row.key.rsplit(".", 2)[-2:-1] == ["in"]:
             layer_rows.append(row)
         by_key[(row.key, row.step, row.call)] = row
@@ -67,12 +74,12 @@ def _jump(score: float, score_in: float) -> float:
     return score / den
 
 
-def _born(row: Row) -> str:
+def _born(row: Row, dirty: bool) -> str:
     if not row.diverged:
         return ""
-    if row.decision and (row.score_in > 1.0 or not row.clear_flips):
+    if row.decision and (dirty or not row.clear_flips):
         return ""
-    if row.score_in <= 1.0:
+    if not dirty:
         return "clean_inputs"
     if row.jump >= INDEPENDENT:
         return "independent"

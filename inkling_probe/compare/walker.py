@@ -237,7 +237,8 @@ class Walker:
         r_ids = np.moveaxis(m.ref.array, m.token_dim, 0) if m.token_dim is not None else m.ref.array.reshape(1, -1)
         c_ids = np.moveaxis(m.cand.array, m.token_dim, 0) if m.token_dim is not None else m.cand.array.reshape(1, -1)
         scores = self._scores(p, label, r_ids.shape[0])
-        d = dec.classify(r_ids, c_ids, *scores)
+        selection = bool((p.ref.first.get("meta") or {}).get("selection"))
+        d = dec.classify(r_ids, c_ids, *scores, selection=selection)
         side.flips[(p.key, p.step, p.call)] = d
         side.note_changes(p.step, d.token_rows, d.changed)
         return d, scores[0] is not None
