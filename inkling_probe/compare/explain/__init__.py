@@ -31,7 +31,7 @@ from inkling_probe.compare.explain.rounding import rounding
 from inkling_probe.compare.explain.saturate import saturation
 from inkling_probe.compare.explain.scaled import channel_ratio, row_ratio
 from inkling_probe.compare.explain.shift import sequence_shift
-from inkling_probe.compare.explain.zeroed import flushed, measure, zeroed
+from inkling_probe.compare.explain.zeroed import FLUSHED_SHARE, flushed, measure, zeroed
 
 __all__ = ["explain", "Context", "Finding", "KINDS", "unpack_fp4"]
 
@@ -55,7 +55,7 @@ def explain(ref, cand, context: Context | None = None, **fields) -> list[Finding
     ratio = constant_ratio(p)
     found += [f for f in (ratio, layout_permutation(p), sequence_shift(p), rounding(p), row_ratio(p, ratio is not None),
                           channel_ratio(p, ratio is not None), channel_offset(p), saturation(p)) if f is not None]
-    if p.stats.zeroed:
+    if p.stats.zeroed_energy >= FLUSHED_SHARE * p.stats.dd:  # the zeros may carry the error
         z = measure(p)
         found += [f for f in (zeroed(p, z), flushed(p, z)) if f is not None]
     return found + confined(p)

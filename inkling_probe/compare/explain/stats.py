@@ -4,7 +4,7 @@ Per index of every dim up to ``MAX_INDEX`` long: ``dd_i = ||c_i - r_i||^2`` and 
 (confinement). Along the row dim also ``<r_t, c_t>`` and ``||c_t||^2`` (per-row ratio, zero rows);
 along the channel dim (the last) also ``<r_j, c_j>``, ``||c_j||^2`` and ``sum(c_j - r_j)``
 (per-channel ratio and offset). Totals, the largest magnitudes of each side (saturation), the
-count of values zero in the candidate only (zeroed) and whether any value is non-finite. Positions
+count and energy of the values zero in the candidate only (zeroed) and whether any value is non-finite. Positions
 not finite on both sides count as 0 on both. Reductions are einsums: no temporary beyond the
 block's float64 copies.
 """
@@ -42,6 +42,7 @@ class Stats:
     r_absmax: float = 0.0
     c_absmax: float = 0.0
     zeroed: int = 0
+    zeroed_energy: float = 0.0  # ||r||^2 where the candidate alone is zero
     nonfinite: bool = False
     dims: dict[int, Along] = field(default_factory=dict)
 
@@ -51,7 +52,10 @@ class Stats:
 
 
 def _reduce(a: np.ndarray, b: np.ndarray | None, ax: int) -> np.ndarray:
-    """sum over every axis but ``ax`` of ``a * b`` (of ``a`` when ``b`` is None)."""
+    """sum over every axis but ``ax`` of ``a * b`` (of ``a`` when ``b`` is None); a scalar block
+    counts as one index."""
+    if a.ndim == 0:
+        a, b = a.reshape(1), None if b is None else b.reshape(1)
     n = a.shape[ax]
     a3 = a.reshape(math.prod(a.shape[:ax]), n, -1)
     if b is None:
@@ -86,18 +90,25 @@ def _block(st: Stats, key: tuple, rb: np.ndarray, cb: np.ndarray) -> None:
     st.c_absmax = max(st.c_absmax, float(ext[2]), -float(ext[3]))
     db = cb - rb
     k = len(key) - 1
+    lead = Along(*(_reduce(a, b, 0) for a, b in ((db, db), (rb, rb), (rb, cb), (cb, cb))))  # per index of dim k
+    st.dd, st.rr = st.dd + float(lead.dd.sum()), st.rr + float(lead.rr.sum())
+    st.rc, st.cc = st.rc + float(lead.rc.sum()), st.cc + float(lead.cc.sum())
     for d, al in st.dims.items():
         if d < k:
             _add(al, key[d], rb, cb, db)
+        elif d == k:
+            for name in ("dd", "rr", "rc", "cc"):
+                if getattr(al, name) is not None:
+                    getattr(al, name)[key[d]] += getattr(lead, name)
+            if al.sd is not None:
+                al.sd[key[d]] += _reduce(db, None, 0)
         else:
-            _add(al, key[d] if d == k else slice(None), rb, cb, db, d - k)
-    st.dd += float(np.einsum("i,i->", db.ravel(), db.ravel()))
-    st.rr += float(np.einsum("i,i->", rb.ravel(), rb.ravel()))
-    st.rc += float(np.einsum("i,i->", rb.ravel(), cb.ravel()))
-    st.cc += float(np.einsum("i,i->", cb.ravel(), cb.ravel()))
+            _add(al, slice(None), rb, cb, db, d - k)
     zc = cb == 0
     if zc.any():
-        st.zeroed += int(np.count_nonzero(zc & (rb != 0)))
+        gone = zc & (rb != 0)
+        st.zeroed += int(np.count_nonzero(gone))
+        st.zeroed_energy += float(np.square(rb[gone]).sum())
 
 
 def _add(al: Along, at, rb, cb, db, ax: int | None = None) -> None:

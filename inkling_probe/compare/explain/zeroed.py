@@ -1,7 +1,7 @@
 """Zeroed regions and NVFP4 flushed blocks: values zero in the candidate where the reference is not.
 
-Both need a candidate zero where the reference is non-zero (counted in the one-pass sums); one more
-pass then measures the zeros.
+Both need candidate zeros where the reference is non-zero that carry at least 10% of the squared
+error (from the one-pass sums); one more pass then measures the 16-element blocks.
 
 - ``zeroed``: the candidate is exactly 0 where the reference is not, and those positions carry at
   least half of the squared error and form at least one whole token row or 16-element block along
@@ -29,7 +29,6 @@ FLUSHED_SHARE = 0.1
 
 @dataclass
 class Zeros:
-    zeroed_energy: float = 0.0  # ||r||^2 where the candidate alone is zero
     blocks: int = 0  # blocks zero in the candidate only
     blocks_total: int = 0  # blocks not zero in the reference
     flushed_energy: float = 0.0  # ||r||^2 over those blocks
@@ -39,14 +38,12 @@ class Zeros:
 
 def measure(p: Pair) -> Zeros:
     z = Zeros(survivors=np.zeros(2 * 1100 * BINS, dtype=np.int64))
-    blocked = p.r.ndim >= 1 and p.r.shape[-1] % BLOCK == 0
+    if p.r.ndim == 0 or p.r.shape[-1] % BLOCK:
+        return z
     for key in block_keys(p.r.shape):
         rb, cb = f64(p.r[key]), f64(p.c[key])
         both = np.isfinite(rb) & np.isfinite(cb)
-        only = both & (cb == 0) & (rb != 0)
-        z.zeroed_energy += float(np.square(rb[only]).sum())
-        if blocked:
-            _blocks(z, np.where(both, rb, 0.0).reshape(-1, BLOCK), np.where(both, cb, 0.0).reshape(-1, BLOCK))
+        _blocks(z, np.where(both, rb, 0.0).reshape(-1, BLOCK), np.where(both, cb, 0.0).reshape(-1, BLOCK))
     return z
 
 
@@ -69,11 +66,12 @@ def _bin(a: np.ndarray) -> np.ndarray:
 
 def zeroed(p: Pair, z: Zeros) -> Finding | None:
     err = p.stats.dd
-    share = z.zeroed_energy / err if err else 0.0
+    share = p.stats.zeroed_energy / err if err else 0.0
     rows = zero_rows(p)
     if share < 0.5 or (not rows and not z.blocks):
         return None
-    rest_dd, rest_rr = max(err - z.zeroed_energy, 0.0), max(p.stats.rr - z.zeroed_energy, 0.0)
+    zero_rr = p.stats.zeroed_energy
+    rest_dd, rest_rr = max(err - zero_rr, 0.0), max(p.stats.rr - zero_rr, 0.0)
     residual = (rest_dd / rest_rr) ** 0.5 if rest_rr else 0.0
     frac = p.stats.zeroed / p.r.size
     parts = [f"{frac:.1%} of values zero in the candidate only"]
