@@ -76,9 +76,9 @@ def _experts(bad_tokens: list[int], routing: np.ndarray, n_tokens: int) -> list[
         return []
     bad = np.zeros(n_tokens, bool)
     bad[bad_tokens] = True
-    used = np.unique(routing).tolist()
+    used = sorted(set(routing.ravel().tolist()))
     chosen = [e for e in used if bad[(routing == e).any(axis=1)].all()]
     if not chosen or len(chosen) == len(used):
         return []
-    covered = np.isin(routing, chosen).any(axis=1)  # [T]
+    covered = (routing[:, :, None] == np.array(chosen)).any(axis=(1, 2))  # [T]
     return chosen if covered[bad].all() else []

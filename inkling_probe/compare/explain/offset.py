@@ -35,7 +35,7 @@ def channel_offset(p: Pair) -> Finding | None:
         return None
     rms = math.sqrt(p.stats.rr / p.r.size)
     off = np.flatnonzero(np.abs(b) > MARGIN * p.noise * rms)
-    one = bool(np.ptp(b) <= MARGIN * p.noise * rms)
+    one = bool(b.max() - b.min() <= MARGIN * p.noise * rms)
     ev = {"dim": d, "offsets": summary_of(b), "channels": off.tolist(), "channel_offsets": b[off[:64]].tolist(),
           "constant": one, "ref_rms": rms, "residual_rel_rms": residual}
     what = (f"one offset {fmt_num(float(b.mean()))} on every channel" if one else

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from inkling_probe.compare.explain.base import Finding, fmt_num, short_list, summary_of
+from inkling_probe.compare.explain.base import Finding, fmt_num, median, short_list, summary_of
 from inkling_probe.compare.explain.blocks import pick
 from inkling_probe.compare.explain.pair import MIN_FIT, Pair
 from inkling_probe.compare.explain.ratio import fitted_residual
@@ -101,7 +101,7 @@ def norm_weight_readings(s: np.ndarray) -> list[dict]:
     for label, w, style, says in cands:
         if not np.isfinite(w).all():
             continue
-        med = float(np.median(w))
+        med = median(w)
         looks = (w > 0).all() and 0.5 <= med <= 2.0 if style == "weight" else abs(med) < 0.5 and np.abs(w).max() < 4
         if looks:
             out.append({"factor_is": label, "w": summary_of(w), "says": says})
@@ -114,7 +114,9 @@ def _power_law(s: np.ndarray, ms: np.ndarray) -> float | None:
     if ok.sum() < 4:
         return None
     x, y = 0.5 * np.log(ms[ok]), np.log(np.abs(s[ok]))
-    if np.ptp(x) < 0.1:
+    if x.max() - x.min() < 0.1:
         return None
-    pw, a = np.polyfit(x, y, 1)
+    xc = x - x.mean()
+    pw = float(xc @ (y - y.mean()) / (xc @ xc))  # least-squares slope
+    a = y.mean() - pw * x.mean()
     return float(pw) if np.abs(y - (pw * x + a)).max() < 0.01 else None
