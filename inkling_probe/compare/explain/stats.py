@@ -73,21 +73,23 @@ def collect(r: np.ndarray, c: np.ndarray, row_dim: int | None, chan_dim: int | N
             for name in extra.get(d, ()):
                 setattr(st.dims[d], name, np.zeros(n))
     for key in block_keys(r.shape):
-        _block(st, key, f64(r[key]), f64(c[key]))
+        _block(st, key, r[key], c[key])
     return st
 
 
-def _block(st: Stats, key: tuple, rb: np.ndarray, cb: np.ndarray) -> None:
-    if not rb.size:
+def _block(st: Stats, key: tuple, r: np.ndarray, c: np.ndarray) -> None:
+    """Add block ``key`` (``r``, ``c``: its values in their own dtype) to the sums."""
+    if not r.size:
         return
-    ext = (rb.max(), rb.min(), cb.max(), cb.min())
+    ext = [float(x) for x in (r.max(), r.min(), c.max(), c.min())]  # in the narrow dtype: cheaper
+    rb, cb = f64(r), f64(c)
     if not np.isfinite(sum(ext)):
         st.nonfinite = True
         both = np.isfinite(rb) & np.isfinite(cb)
         rb, cb = np.where(both, rb, 0.0), np.where(both, cb, 0.0)
-        ext = (rb.max(), rb.min(), cb.max(), cb.min())
-    st.r_absmax = max(st.r_absmax, float(ext[0]), -float(ext[1]))
-    st.c_absmax = max(st.c_absmax, float(ext[2]), -float(ext[3]))
+        ext = [float(x) for x in (rb.max(), rb.min(), cb.max(), cb.min())]
+    st.r_absmax = max(st.r_absmax, ext[0], -ext[1])
+    st.c_absmax = max(st.c_absmax, ext[2], -ext[3])
     db = cb - rb
     k = len(key) - 1
     lead = Along(*(_reduce(a, b, 0) for a, b in ((db, db), (rb, rb), (rb, cb), (cb, cb))))  # per index of dim k
@@ -104,9 +106,8 @@ def _block(st: Stats, key: tuple, rb: np.ndarray, cb: np.ndarray) -> None:
                 al.sd[key[d]] += _reduce(db, None, 0)
         else:
             _add(al, slice(None), rb, cb, db, d - k)
-    zc = cb == 0
-    if zc.any():
-        gone = zc & (rb != 0)
+    if ext[2] * ext[3] <= 0 and (c == 0).any():  # zeros only where the candidate spans 0
+        gone = (cb == 0) & (rb != 0)
         st.zeroed += int(np.count_nonzero(gone))
         st.zeroed_energy += float(np.square(rb[gone]).sum())
 
