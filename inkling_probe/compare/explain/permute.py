@@ -69,7 +69,7 @@ def layout_permutation(p: Pair) -> Finding | None:
         residual = p.residual(c=view)
         if residual is not None and (best is None or residual < best.evidence["residual_rel_rms"]):
             best = Finding("layout_permutation", summary, {"permutation": name, **params, "residual_rel_rms": residual})
-    return best or shard_order(p) or chunk_order(p)
+    return best or chunk_order(p) or shard_order(p)  # fewer chunks moved first: 2, then 3 (q/k/v), then tp
 
 
 def _transforms(p: Pair):

@@ -77,3 +77,22 @@ def test_context_takes_dtype_names_and_torch_dtypes():
                                           (("int64", None), 1e-5), (("float64",), 1e-12)])
 def test_default_noise_is_four_eps_of_the_coarser_dtype(dtypes, noise):
     assert default_noise(*dtypes) == pytest.approx(noise)
+
+
+@pytest.mark.parametrize("shape", [(40, 24), (3, 2, 300_000)])  # the second is walked with int prefixes
+def test_one_pass_sums_equal_numpy(shape):
+    from inkling_probe.compare.explain.stats import collect
+
+    rng = np.random.default_rng(11)
+    r = rng.standard_normal(shape).astype(np.float32)
+    c = (r * 1.1 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+    c[(0,) * len(shape)] = np.nan  # masked on both sides
+    st = collect(r, c, row_dim=0, chan_dim=len(shape) - 1)
+    both = np.isfinite(c)
+    r64, c64 = np.where(both, r.astype(np.float64), 0.0), np.where(both, c.astype(np.float64), 0.0)
+    assert st.nonfinite and st.rr == pytest.approx((r64 ** 2).sum()) and st.rc == pytest.approx((r64 * c64).sum())
+    for d, al in st.dims.items():
+        other = tuple(i for i in range(len(shape)) if i != d)
+        np.testing.assert_allclose(al.dd, ((c64 - r64) ** 2).sum(other), rtol=1e-9)
+        np.testing.assert_allclose(al.rr, (r64 ** 2).sum(other), rtol=1e-9)
+    np.testing.assert_allclose(st.dims[len(shape) - 1].sd, (c64 - r64).sum(tuple(range(len(shape) - 1))), rtol=1e-9, atol=1e-9)
