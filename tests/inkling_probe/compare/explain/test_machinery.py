@@ -96,3 +96,17 @@ def test_one_pass_sums_equal_numpy(shape):
         np.testing.assert_allclose(al.dd, ((c64 - r64) ** 2).sum(other), rtol=1e-9)
         np.testing.assert_allclose(al.rr, (r64 ** 2).sum(other), rtol=1e-9)
     np.testing.assert_allclose(st.dims[len(shape) - 1].sd, (c64 - r64).sum(tuple(range(len(shape) - 1))), rtol=1e-9, atol=1e-9)
+
+
+def test_layout_helpers_work_on_numpy_and_torch():
+    """replay permutes a module's torch parameters with the same helpers explain uses on numpy."""
+    from inkling_probe.compare.explain.permute import concat_to_interleaved, interleaved_to_concat, swap_halves
+
+    x = np.arange(8.0).reshape(8, 1)
+    assert interleaved_to_concat(x, 0).ravel().tolist() == [0, 2, 4, 6, 1, 3, 5, 7]
+    assert concat_to_interleaved(x, 0).ravel().tolist() == [0, 4, 1, 5, 2, 6, 3, 7]
+    assert swap_halves(x, 0).ravel().tolist() == [4, 5, 6, 7, 0, 1, 2, 3]
+    torch = pytest.importorskip("torch")
+    t = torch.arange(8.0).reshape(1, 8)
+    assert interleaved_to_concat(t, 1).flatten().tolist() == [0, 2, 4, 6, 1, 3, 5, 7]
+    assert isinstance(swap_halves(t, 1), torch.Tensor)
