@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from inkling_probe.compare.explain.base import Finding
-from inkling_probe.compare.explain.blocks import Remapped, f64, rel_of, sums
+from inkling_probe.compare.explain.blocks import Remapped, f64
 from inkling_probe.compare.explain.pair import Pair
 from inkling_probe.compare.explain.qkv import chunk_order
 from inkling_probe.compare.explain import sample
@@ -116,9 +116,10 @@ def shard_order(p: Pair) -> Finding | None:
 def _match_chunks(p: Pair, d: int, tp: int) -> list[int] | None:
     """Candidate chunk j holds reference chunk perm[j] (each matched on the sample), or None."""
     ix = sample.grid(p.r.shape, at=(d, sample.chunk_offsets(p.r.shape[d], tp)))
-    rs, cs = f64(p.r[ix]), f64(p.c[ix])  # [.., tp * q, ..]: the same offsets q in every chunk
-    rc, cc = np.array_split(rs, tp, axis=d), np.array_split(cs, tp, axis=d)
-    perm = [min(range(tp), key=lambda i: rel_of(*sums(rc[i], c))) for c in cc]
+    rs, cs = (np.moveaxis(f64(x[ix]), d, 0).reshape(tp, -1) for x in (p.r, p.c))  # [tp, values of a chunk]
+    rr, cc = (rs * rs).sum(1), (cs * cs).sum(1)
+    err = cc[None, :] + rr[:, None] - 2 * rs @ cs.T  # [ref chunk i, cand chunk j] = ||c_j - r_i||^2
+    perm = err.argmin(axis=0).tolist()
     if sorted(perm) != list(range(tp)) or perm == list(range(tp)):
         return None
     return perm
