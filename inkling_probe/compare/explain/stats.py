@@ -106,7 +106,7 @@ def _block(st: Stats, key: tuple, r: np.ndarray, c: np.ndarray) -> None:
                 al.sd[key[d]] += _reduce(db, None, 0)
         else:
             _add(al, slice(None), rb, cb, db, d - k)
-    if ext[2] * ext[3] <= 0 and (c == 0).any():  # zeros only where the candidate spans 0
+    if ext[2] * ext[3] <= 0 and np.count_nonzero(c) < c.size:  # a zero needs the candidate to span 0
         gone = (cb == 0) & (rb != 0)
         st.zeroed += int(np.count_nonzero(gone))
         st.zeroed_energy += float(np.square(rb[gone]).sum())
