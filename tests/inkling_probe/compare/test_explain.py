@@ -200,11 +200,31 @@ def test_zeroed_rows():
     assert f.evidence["rows"] == [3, 4] and f.evidence["error_share"] == pytest.approx(1.0)
 
 
+def test_zeros_both_sides_share_are_not_zeroed():
+    x = randn(16, 64)
+    r = np.maximum(x, 0)  # ReLU: zeros on both sides
+    c = np.where(r > 0, r * (1 + 0.1 * randn(16, 64)), 0.0)
+    assert "zeroed" not in names(explain(r, c, noise=0.01, token_dim=0))
+
+
 @pytest.mark.parametrize("n", [1, -2])
 def test_sequence_shift(n):
     r = randn(20, 16)
     f = only(explain(r, np.roll(r, n, axis=0), noise=1e-5, token_dim=0), "sequence_shift")
     assert f.evidence["shift"] == n and f.kind == "shift"
+
+
+def test_a_smooth_sequence_with_noise_is_not_shifted():
+    r = np.cumsum(0.05 * randn(40, 16), axis=0) + randn(1, 16)  # neighbouring tokens alike
+    c = r + 0.02 * r.std() * randn(40, 16)
+    assert "sequence_shift" not in names(explain(r, c, noise=0.01, token_dim=0))
+
+
+def test_nan_on_both_sides_is_not_an_onset():
+    r = randn(10, 8)
+    r[3, 3] = np.nan
+    c = r * 1.5
+    assert names(explain(r, c, noise=1e-5, token_dim=0)) == ["constant_ratio"]
 
 
 def test_first_nan():
