@@ -48,7 +48,7 @@ def explain(ref, cand, context: Context | None = None, **fields) -> list[Finding
     if r.shape != c.shape:
         raise ValueError(f"explain needs equal shapes, got {list(r.shape)} and {list(c.shape)}")
     ctx = _context(r, r_dtype, c_dtype, context, fields)
-    p = Pair.of(np.ascontiguousarray(r), np.ascontiguousarray(c), ctx)
+    p = Pair.of(_contiguous(r), _contiguous(c), ctx)
     found = nonfinite(p) if p.stats.nonfinite else []
     if p.rel <= ctx.noise:
         return found
@@ -59,6 +59,11 @@ def explain(ref, cand, context: Context | None = None, **fields) -> list[Finding
         z = measure(p)
         found += [f for f in (zeroed(p, z), flushed(p, z)) if f is not None]
     return found + confined(p)
+
+
+def _contiguous(x: np.ndarray) -> np.ndarray:
+    """C order (blocks are flat ranges); a copy only for a strided view. 0-d arrays stay 0-d."""
+    return x if x.flags.c_contiguous else np.ascontiguousarray(x).reshape(x.shape)
 
 
 def _context(r: np.ndarray, r_dtype: str, c_dtype: str, context: Context | None, fields: dict) -> Context:
