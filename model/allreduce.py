@@ -145,7 +145,7 @@ class OneShot:
             buf = torch.full_like(buf, float("nan"))  # the registered buffer, never written in the graph
         else:
             self._gather(buf, flat, group)
-        acc = buf[0].float()
+        acc = buf[0].to(torch.float32, copy=True)  # never alias the staging buffer (fp32 input)
         for r in range(1, group.size):  # rank order: the same bits on every rank
             acc = acc + buf[r].float()
         return acc.to(x.dtype).view_as(x)
