@@ -9,7 +9,7 @@ import re
 import tempfile
 from collections import Counter
 
-_NODE = re.compile(r'^"(graph_\d+_node_\d+)"\s*\[(.*)$')
+_NODE = re.compile(r'^"?(\w*node_?\d+)"?\s*\[(.*)$')
 
 
 def node_kinds(dot_text: str) -> Counter:
@@ -32,6 +32,9 @@ def count_nodes(graph) -> Counter:
         path = os.path.join(d, "graph.dot")
         graph.debug_dump(path)
         with open(path) as f:
-            kinds = node_kinds(f.read())
+            text = f.read()
+        kinds = node_kinds(text)
     kinds["total"] = sum(kinds.values())
+    if not kinds["total"]:
+        raise RuntimeError(f"no node found in the graph's debug dump (format?): {text[:300]!r}")
     return kinds

@@ -199,7 +199,7 @@ def _run(impl, ckpt, tp, dtype, ids, max_new, eos, dump, gen) -> dict:
 @click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")
 @click.option("--eos", metavar="IDS", help="End id (then stop ids), overriding tokenizer/generation_config/config.")
 @click.option("--fault", multiple=True, metavar="NAME",
-              help="Plant a known bug (repeatable; env INKLING_FAULT). Names: raw_input_amax, gate_up_layout, renorm_rows.")
+              help="Plant a known bug (repeatable; env INKLING_FAULT). Names: raw_input_amax, gate_up_layout, renorm_rows, capture_unsafe_allreduce.")
 @click.option("--cuda-graph", is_flag=True, envvar="INKLING_CUDA_GRAPH", show_envvar=True,
               help="Decode through the runtime (static KV pool) with CUDA graphs, on the GPU; probes record "
                    "inside the graphs.")
