@@ -73,8 +73,8 @@ class GraphRunner:
         with self._planning(bs):  # warm-up: eager run (tunes auto all-reduce, allocates staging)
             decode_step(self.model, self.inputs, self.pool, bs)
         torch.cuda.synchronize(self.device)
-        g = torch.cuda.CUDAGraph()
-        if self.debug:
+        g = torch.cuda.CUDAGraph(keep_graph=True) if self.debug else torch.cuda.CUDAGraph()
+        if self.debug:  # keeps the cudaGraph_t for debug_dump (node counts)
             g.enable_debug_mode()
         with torch.cuda.graph(g, pool=self.mempool), self._capturing(bs):
             self.outputs[:bs] = decode_step(self.model, self.inputs, self.pool, bs)

@@ -26,6 +26,18 @@ def node_kinds(dot_text: str) -> Counter:
     return kinds
 
 
+def replay_events(graph) -> int:
+    """GPU activities (kernels, copies, memsets) the profiler sees during one replay: a second witness."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        graph.replay()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA"))
+
+
 def count_nodes(graph) -> Counter:
     """Node kinds of a captured ``torch.cuda.CUDAGraph`` (created in debug mode); ``total`` included."""
     with tempfile.TemporaryDirectory(prefix="inkling_graph_") as d:

@@ -13,7 +13,7 @@ from inkling_model.parallel import free_port
 from inkling_model.runtime import Runtime
 from inkling_probe.graphs import BudgetError
 from inkling_probe.graphs.diff import graph_vs_eager
-from inkling_probe.graphs.nodes import count_nodes
+from inkling_probe.graphs.nodes import count_nodes, replay_events
 
 from graph_util import tiny_model
 
@@ -95,7 +95,9 @@ def _nodes(model, dump=None):
         rt.prefill([PROMPTS[0]])
         runner = rt.capture()
         slots = len(runner.recording.layout(1).slots) if runner.recording else 0
-        return count_nodes(runner.graphs[1]), slots
+        nodes = count_nodes(runner.graphs[1])
+        nodes["profiled"] = replay_events(runner.graphs[1])
+        return nodes, slots
 
 
 def test_off_probes_add_no_node(model, tmp_path, monkeypatch):
@@ -108,7 +110,7 @@ def test_off_probes_add_no_node(model, tmp_path, monkeypatch):
     print(f"\nnodes: probes off {dict(off)}, probe calls removed {dict(stripped)}, "
           f"recording on {dict(on)} ({slots} in-graph probes)")
     assert off == stripped
-    assert on["total"] - off["total"] == slots
+    assert on["total"] - off["total"] == slots and on["profiled"] - off["profiled"] == slots
 
 
 def test_allreduce_strategies_in_capture_at_tp1(model):
