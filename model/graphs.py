@@ -8,6 +8,8 @@ into static buffers planned at warm-up (inkling_probe/graphs), drained after eve
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 import inkling_probe
@@ -83,11 +85,9 @@ class GraphRunner:
         torch.cuda.synchronize(self.device)
 
     def _planning(self, bs):
-        import contextlib
         return self.recording.planning(bs) if self.recording else contextlib.nullcontext()
 
     def _capturing(self, bs):
-        import contextlib
         return self.recording.capturing(bs) if self.recording else contextlib.nullcontext()
 
     def graph_size(self, n: int) -> int:

@@ -13,7 +13,7 @@ import os
 
 import torch
 
-from inkling_model.generate import Eos, Generation, _pick
+from inkling_model.generate import Eos, Generation, _pick, take_tokens
 from inkling_model.graphs import BATCH_SIZES, GraphRunner, StaticInputs, decode_step
 from inkling_model.kv_pool import KVPool
 from inkling_model.layers.context import ForwardContext
@@ -118,14 +118,7 @@ class Runtime:
         active = list(range(len(prompts)))
         for _ in range(max_new_tokens):
             nxt = _pick(logits.float().cpu(), temperature, top_k, gen).tolist()  # [R]
-            still = []
-            for r, tok in zip(active, nxt):
-                results[r].tokens.append(tok)
-                if tok in eos.ids:
-                    results[r].finish_reason = "eos" if tok == eos.end_id else "stop"
-                else:
-                    still.append(r)
-            active = [r for r in still if len(results[r].tokens) < max_new_tokens]
+            active = take_tokens(results, active, nxt, eos, max_new_tokens)
             if not active:
                 break
             logits = self.decode([results[r].tokens[-1] for r in active], [slots[r] for r in active])
