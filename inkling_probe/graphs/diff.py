@@ -73,6 +73,7 @@ def record_pair(command: str, out_dir, env_var: str = EAGER_ENV) -> tuple[str, s
     if "{dump}" not in command:
         raise ValueError("the command must contain {dump} where the dump directory goes")
     out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     paths = []
     for side, value in (("eager", "1"), ("graph", "0")):
         dump = str(out / side)

@@ -74,3 +74,46 @@ def test_refusals(model):
     rt.prefill([[1, 2]])
     with pytest.raises(RuntimeError, match="pool full"):
         rt.prefill([[3]])
+
+
+def _tp_rank(rank, world):
+    """One rank of a TP runtime per strategy: prefill two requests, then 6 decode steps with fixed tokens."""
+    from inkling_model import allreduce, parallel
+    from inkling_model.checkpoint import random_tensors
+    from inkling_model.config import InklingConfig
+    from inkling_model.model import InklingForCausalLM
+    from inkling_model.weights import load_tensors
+
+    from test_allreduce import tp2_sums
+
+    sums = tp2_sums(rank, world) if world > 1 else None
+    cfg = InklingConfig.preset("tiny")
+    model = InklingForCausalLM(cfg, parallel.init())
+    load_tensors(model, random_tensors(cfg, 3), cfg)
+    out = {}
+    for strategy in ("nccl", "oneshot"):
+        with allreduce.use(strategy):
+            rt = Runtime(model, max_batch=2, max_len=32, cuda_graph=False)
+            slots, logits = rt.prefill([[5, 77, 300, 12, 9], [1, 2, 3]])
+            steps = []
+            for t in range(6):
+                steps.append(logits)
+                logits = rt.decode([t + 10, t + 20], slots)
+            out[strategy] = torch.stack(steps)
+    return {"runtime": out, "sums": sums}
+
+
+@pytest.mark.slow
+def test_tp2_runtime_equals_tp1_for_both_strategies():
+    """Two gloo ranks (one spawn for both checks): the all-reduce strategies' sums (test_allreduce),
+    and the runtime, whose pool holds each rank's kv heads, equal to TP=1 with nccl and oneshot."""
+    from inkling_model.parallel import spawn
+    from test_allreduce import check_tp2_sums
+
+    ref = _tp_rank(0, 1)["runtime"]["nccl"]
+    r0, r1 = spawn(_tp_rank, 2)
+    check_tp2_sums(r0["sums"], r1["sums"])
+    r0, r1 = r0["runtime"], r1["runtime"]
+    for strategy in ("nccl", "oneshot"):
+        assert torch.equal(r0[strategy], r1[strategy]), strategy
+        assert rel_rms(r0[strategy], ref) <= 1e-5, strategy

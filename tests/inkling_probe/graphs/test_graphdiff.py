@@ -2,7 +2,6 @@
 point of one decode step is named there (not where it is biggest); equal dumps exit 0; --run records
 both sides through the INKLING_ENFORCE_EAGER switch; bad input exits 2."""
 import json
-import sys
 
 import pytest
 import torch
@@ -66,21 +65,13 @@ def test_bad_input_exits_2(pair, tmp_path):
     assert r.exit_code == 2 and "{dump}" in r.output
 
 
-SCRIPT = """
-import os, sys, torch
-sys.path.insert(0, {helper!r})
-import dumps
-bad = os.environ["INKLING_ENFORCE_EAGER"] == "0"
-steps = [[("a", torch.ones(2)), ("b", torch.ones(2) * (float("nan") if bad else 1.0))]]
-dumps.write(sys.argv[1], steps)
-"""
-
-
-def test_run_records_both_sides(tmp_path):
-    import os
-    script = tmp_path / "side.py"
-    script.write_text(SCRIPT.format(helper=os.path.dirname(dumps_helper.__file__)))
-    r = run("--run", f"{sys.executable} {script} {{dump}}", "--out", str(tmp_path / "o"))
+def test_run_records_both_sides(pair, tmp_path):
+    """CMD runs twice; here it copies a prepared dump per side (no interpreter start-up in the test)."""
+    cmd = (f"sh -c 'if [ \"$INKLING_ENFORCE_EAGER\" = 1 ]; then cp -r {pair['eager']} \"$0\"; "
+           f"else cp -r {pair['bad']} \"$0\"; fi' {{dump}}")
+    r = run("--run", cmd, "--out", str(tmp_path / "o"))
     assert r.exit_code == 1, r.output
-    assert "first divergent point: b at step 0" in r.output
+    assert "first divergent point: layers.0.attn.o_proj at step 1" in r.output
     assert (tmp_path / "o" / "eager").is_dir() and (tmp_path / "o" / "graph").is_dir()
+    r = run("--run", "sh -c 'exit 3' {dump}", "--out", str(tmp_path / "p"))
+    assert r.exit_code == 2 and "eager run failed (exit 3)" in r.output
