@@ -102,9 +102,19 @@ class GraphRunner:
         n = len(ids)
         bs = self.graph_size(n)
         self.inputs.fill(ids, slots, positions, bs)
+        recording = self._recording()
         inkling_probe.step()  # the replay's step id
         self.graphs[bs].replay()
-        if self.recording is not None:
-            self.recording.after_replay(bs, rows=n)
-            self.recording.hand_over()
+        if recording is not None:
+            recording.after_replay(bs, rows=n)
+            recording.hand_over()
         return self.outputs[:n]
+
+    def _recording(self):
+        """The in-graph recording to drain into, if still active; probes the graphs lack are an error."""
+        if self.recording is None:
+            if inkling_probe.enabled():
+                raise RuntimeError("recording started after the decode graphs were captured without probes: "
+                                   "start it before the first decode, or capture again (Runtime.capture(again=True))")
+            return None
+        return self.recording if self.recording.check_active() else None

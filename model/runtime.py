@@ -63,9 +63,12 @@ class Runtime:
     def graphs_on(self) -> bool:
         return self.cuda_graph and not self.enforce_eager
 
-    def capture(self) -> GraphRunner:
-        """Capture the decode graphs now (else on the first decode); recording must already be on."""
-        if self.runner is None:
+    def capture(self, again: bool = False) -> GraphRunner:
+        """Capture the decode graphs now (else on the first decode), with probes if recording is on.
+
+        ``again``: recapture (e.g. after recording was switched on or changed).
+        """
+        if self.runner is None or again:
             max_bs, sizes, debug = self._graph_args
             self.runner = GraphRunner(self.model, self.pool, max_bs, sizes, debug)
             self.runner.capture()

@@ -14,7 +14,8 @@ from inkling_probe.cli.common import BadInput, emit_json
 @click.option("--run", "command", metavar="CMD",
               help="Record both sides first: CMD runs twice, with INKLING_ENFORCE_EAGER=1 (eager) and =0 "
                    "(graphs); '{dump}' in CMD is replaced by each side's dump directory (under --out).")
-@click.option("--out", type=click.Path(), help="With --run: directory for the two dumps (eager/, graph/); must not exist.")
+@click.option("--out", type=click.Path(),
+              help="With --run: directory for the two dumps (eager/, graph/); must not exist.")
 @click.option("--eager-env", default="INKLING_ENFORCE_EAGER", show_default=True,
               help="With --run: the 0/1 variable that makes the command decode eagerly.")
 @click.option("--threshold", type=float, default=0.0, show_default=True,

@@ -50,8 +50,19 @@ class InGraphRecording:
         cap.finish()
 
     def after_replay(self, key, rows: int | None = None) -> None:
-        """Start draining graph ``key``'s slots (async D2H into pinned memory)."""
-        self.drain.start(self.layouts[key], rows)
+        """Start draining graph ``key``'s slots (async D2H into pinned memory) when the step is wanted."""
+        if self.recorder.step_id in self.settings.steps:
+            self.drain.start(self.layouts[key], rows)
+
+    def check_active(self) -> bool:
+        """True while this recording's recorder is the active one; False once recording stopped.
+
+        Raises RuntimeError when another recorder took over (its settings were not planned for)."""
+        active = sink.active_recorder()
+        if active is None or active is self.recorder:
+            return active is not None
+        raise RuntimeError("a new recording started after the decode graphs were captured: "
+                           "capture again inside it (Runtime.capture(again=True))")
 
     def hand_over(self) -> int:
         """Record the drained slots into the recorder (its current step); returns the bytes."""

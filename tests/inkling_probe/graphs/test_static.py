@@ -104,3 +104,18 @@ def test_node_kinds_from_dot():
                      '"graph_1_node_1"[style="solid" shape="record" label="{MEMCPY\\n| ...}"];',
                      '"graph_1_node_0" -> "graph_1_node_1";', '}', '}'])
     assert node_kinds(dot) == {"kernel": 1, "memcpy": 1}
+
+
+def test_drain_only_wanted_steps(tmp_path):
+    with inkling_probe.recording(tmp_path / "d", writer="inline", steps="1") as rec:
+        ig = InGraphRecording(rec, "cpu")
+        with ig.planning(1):
+            step_fn(torch.zeros(1, 4))
+        for i in range(3):
+            inkling_probe.step()
+            with ig.capturing(1):
+                step_fn(torch.full((1, 4), float(i)))
+            ig.after_replay(1)
+            assert ig.hand_over() == (ig.layout(1).used if i == 1 else 0)
+    assert sorted({(r["key"], r["step"]) for r in inkling_probe.open(str(tmp_path / "d")).index}) == [
+        ("a", 1), ("b.idx", 1), ("c", 1)]
