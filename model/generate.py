@@ -83,6 +83,19 @@ def _pick(logits: torch.Tensor, temperature: float, top_k: int | None, gen: torc
     return torch.multinomial(torch.softmax(logits, -1), 1, generator=gen)[:, 0]  # [R]
 
 
+def take_tokens(results: list[Generation], active: list[int], tokens: list[int], eos: Eos,
+                max_new_tokens: int) -> list[int]:
+    """Append each active request's new token; returns the requests still generating."""
+    still = []
+    for r, tok in zip(active, tokens):
+        results[r].tokens.append(tok)
+        if tok in eos.ids:
+            results[r].finish_reason = "eos" if tok == eos.end_id else "stop"
+        else:
+            still.append(r)
+    return [r for r in still if len(results[r].tokens) < max_new_tokens]
+
+
 @torch.no_grad()
 def generate(model, prompts: list[list[int]], max_new_tokens: int, eos: Eos | None = None,
              temperature: float = 0.0, top_k: int | None = None, seed: int = 0) -> list[Generation]:
@@ -103,14 +116,7 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int, eos: Eos | No
     ctx = ForwardContext([len(p) for p in prompts], caches)
     for _ in range(max_new_tokens):
         nxt = _pick(model(ids, ctx, last_only=True), temperature, top_k, gen).tolist()  # [R]
-        still = []
-        for r, tok in zip(active, nxt):
-            results[r].tokens.append(tok)
-            if tok in eos.ids:
-                results[r].finish_reason = "eos" if tok == eos.end_id else "stop"
-            else:
-                still.append(r)
-        active = [r for r in still if len(results[r].tokens) < max_new_tokens]
+        active = take_tokens(results, active, nxt, eos, max_new_tokens)
         if not active:
             break
         ids = torch.tensor([results[r].tokens[-1] for r in active], device=device)

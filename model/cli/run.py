@@ -73,6 +73,29 @@ def _faults(names: tuple[str, ...], impl: str) -> str:
     return text
 
 
+def _check_runtime(config, impl: str, tp: int, cuda_graph: bool, enforce_eager: bool) -> None:
+    if not (cuda_graph or enforce_eager):
+        return
+    import torch
+
+    flag = "--cuda-graph" if cuda_graph else "--enforce-eager"
+    if cuda_graph and not torch.cuda.is_available():
+        raise BadInput("--cuda-graph needs a CUDA device, and torch.cuda.is_available() is False here")
+    if impl != "native" or tp != 1:
+        raise BadInput(f"{flag} runs inkling_model's decode runtime at --tp 1 (--impl native)")
+    if config.quant_method is not None:
+        raise BadInput(f"{flag}: the decode runtime needs bf16/fp32 routed experts, not {config.quant_method}")
+
+
+def _check_allreduce(spec: str) -> None:
+    from inkling_model import allreduce
+
+    try:
+        allreduce.parse(spec)
+    except ValueError as e:
+        raise BadInput(f"--allreduce: {e}") from None
+
+
 # -- the runs (module level: spawned ranks import them) ---------------------------------------
 def _dtype(name: str):
     import torch
@@ -94,16 +117,26 @@ def native_rank(rank: int, world: int, ckpt: str, dtype: str, ids: list[int], ma
     from inkling_model.weights import load_checkpoint
 
     config = InklingConfig.from_pretrained(ckpt)
+    cuda_graph, enforce_eager = gen.pop("cuda_graph", False), gen.pop("enforce_eager", False)
     model = InklingForCausalLM(config, parallel.init(expert_parallel=gen.pop("expert_parallel")), _dtype(dtype))
     try:
         load_checkpoint(model, ckpt, config)
     except CheckpointError as e:
         return {"error": str(e)}
+    device = "cuda" if cuda_graph else "cpu"
+    model.to(device)
     with inkling_probe.recording(dump), torch.no_grad():
         if max_new == 0:
-            model(torch.tensor(ids))
+            model(torch.tensor(ids, device=device))
             return {"tokens": [], "finish_reason": "prefill only"}
-        out = generate(model, [ids], max_new, eos, **gen)[0]
+        if cuda_graph or enforce_eager:  # the decode runtime: static pool, graphs unless enforce_eager
+            from inkling_model.runtime import Runtime
+
+            rt = Runtime(model, max_batch=1, max_len=len(ids) + max_new + 1, cuda_graph=cuda_graph,
+                         enforce_eager=enforce_eager)
+            out = rt.generate([ids], max_new, eos, **gen)[0]
+        else:
+            out = generate(model, [ids], max_new, eos, **gen)[0]
     return {"tokens": out.tokens, "finish_reason": out.finish_reason}
 
 
@@ -166,10 +199,18 @@ def _run(impl, ckpt, tp, dtype, ids, max_new, eos, dump, gen) -> dict:
 @click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")
 @click.option("--eos", metavar="IDS", help="End id (then stop ids), overriding tokenizer/generation_config/config.")
 @click.option("--fault", multiple=True, metavar="NAME",
-              help="Plant a known bug (repeatable; env INKLING_FAULT). Names: raw_input_amax, gate_up_layout, renorm_rows.")
+              help="Plant a known bug (repeatable; env INKLING_FAULT). Names: raw_input_amax, gate_up_layout, renorm_rows, capture_unsafe_allreduce.")
+@click.option("--cuda-graph", is_flag=True, envvar="INKLING_CUDA_GRAPH", show_envvar=True,
+              help="Decode through the runtime (static KV pool) with CUDA graphs, on the GPU; probes record "
+                   "inside the graphs.")
+@click.option("--enforce-eager", is_flag=True, envvar="INKLING_ENFORCE_EAGER", show_envvar=True,
+              help="Decode through the same runtime eagerly (with --cuda-graph: on the GPU, no capture).")
+@click.option("--allreduce", "allreduce_spec", metavar="SPEC", envvar="INKLING_ALLREDUCE", show_envvar=True,
+              help="All-reduce strategy: nccl|oneshot|auto, then optional GLOB=STRATEGY rules per module "
+                   "(e.g. 'nccl,layers.*.attn.o_proj=oneshot').")
 @click.option("--dump", required=True, type=click.Path(), help="Dump directory to record into (must not exist).")
 def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, max_new_tokens, temperature, top_k, seed,
-            eos, fault, dump):
+            eos, fault, cuda_graph, enforce_eager, allreduce_spec, dump):
     """Run the model on a checkpoint with recording on; prints the generated tokens."""
     ckpt_dir = Path(ckpt)
     config = _config(ckpt_dir)
@@ -182,6 +223,8 @@ def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, max_new_toke
         raise BadInput(f"--tokens: id {bad[0]} is outside the vocabulary [0, {config.vocab_size})")
     _check_tp(config, tp, impl)
     fault_text = _faults(fault, impl)
+    _check_runtime(config, impl, tp, cuda_graph, enforce_eager)
+    _check_allreduce(allreduce_spec or "")
     if Path(dump).exists():
         raise BadInput(f"--dump {dump}: already exists; choose a new directory")
     import warnings
@@ -195,16 +238,18 @@ def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, max_new_toke
         click.echo(f"warning: {w.message}", err=True)
     gen = dict(temperature=temperature, top_k=top_k, seed=seed)
     if impl == "native":
-        gen["expert_parallel"] = expert_parallel
-    old = os.environ.get("INKLING_FAULT")
-    os.environ["INKLING_FAULT"] = fault_text  # spawned ranks inherit it
+        gen.update(expert_parallel=expert_parallel, cuda_graph=cuda_graph, enforce_eager=enforce_eager)
+    env = {"INKLING_FAULT": fault_text, "INKLING_ALLREDUCE": allreduce_spec or ""}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # spawned ranks inherit them
     try:
         result = _run(impl, str(ckpt_dir), tp, dtype, ids, max_new_tokens, eos_spec, dump, gen)
     finally:
-        if old is None:
-            os.environ.pop("INKLING_FAULT", None)
-        else:
-            os.environ["INKLING_FAULT"] = old
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     if "error" in result:
         raise BadInput(result["error"])
     click.echo(f"impl={impl} tp={tp} dtype={dtype} prompt={len(ids)} tokens, eos {eos_spec.end_id} "

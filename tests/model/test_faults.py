@@ -22,7 +22,7 @@ def test_env_and_context(monkeypatch):
 
 
 def test_unknown_names(monkeypatch):
-    with pytest.raises(ValueError, match=r"unknown fault 'nope' \(known: raw_input_amax, gate_up_layout, renorm_rows\)"):
+    with pytest.raises(ValueError, match=r"unknown fault 'nope' \(known: raw_input_amax, gate_up_layout, renorm_rows, capture_unsafe_allreduce\)"):
         faults.is_active("nope")
     with pytest.raises(ValueError, match="unknown fault 'typo'"):
         with faults.activate("renorm_rows,typo"):
