@@ -1,0 +1,9 @@
+"""Views of a compare result, all built from its JSON document (``Report.to_dict()``, the same as
+``compare --json``): plain text (:mod:`.terminal`), Markdown (:mod:`.markdown`), HTML
+(:mod:`.html`), plots (:mod:`.plots`, matplotlib imported on use) and the token x layer errors the
+heatmap draws (:mod:`.tokens`, numpy only). :class:`ReportViews` gives a report its notebook face.
+"""
+from inkling_probe.views.doc import as_doc, culprits
+from inkling_probe.views.notebook import ReportViews, to_pandas
+
+__all__ = ["as_doc", "culprits", "ReportViews", "to_pandas"]
