@@ -20,6 +20,8 @@ BUILTIN = {
     "show": "inkling_probe.cli.show:command",
     "compare": "inkling_probe.cli.compare:command",
     "replay": "inkling_probe.cli.replay:command",
+    "report": "inkling_probe.cli.report:command",
+    "extract": "inkling_probe.cli.extract:command",
 }
 ENTRY_POINT_GROUP = "inkling_probe.commands"
 

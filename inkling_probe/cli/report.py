@@ -1,0 +1,87 @@
+"""``inkling-probe report``: the bug-report folder (and its .zip) from two dumps or a saved compare.
+
+    inkling-probe report REF CAND [--control R2] [--map FILE] -o DIR
+    inkling-probe report SAVED.json -o DIR        (the output of ``compare --json``)
+
+Exit status: 0 when the folder is written, 2 on bad input (one line naming it).
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import click
+
+from inkling_probe.cli.common import BadInput, open_dump
+
+
+@click.command("report")
+@click.argument("inputs", nargs=-1, required=True, metavar="REF CAND | SAVED.json")
+@click.option("-o", "--out", "out", required=True, type=click.Path(),
+              help="Report folder to write (must not exist or be empty); OUT.zip is written beside it.")
+@click.option("--control", type=click.Path(), default=None, help="Control dump: the noise floor (as for compare).")
+@click.option("--map", "name_map", default=None, help="Name map for every dump's keys (TOML file or shipped name).")
+@click.option("--threshold", type=float, default=None, help="As for compare: replaces the dtype default.")
+@click.option("-k", "k", type=float, default=2.0, show_default=True, help="Allowed multiple of the control's floor.")
+@click.option("--include", multiple=True, help="Only keys matching this glob (after --map); repeatable.")
+def command(inputs, out, control, name_map, threshold, k, include):
+    """Write report.html, report.md, summary.json, the two plots, environment.json, slice.h5 and
+    repro.sh into OUT, and OUT.zip. From two dumps (compared here) or a saved ``compare --json``."""
+    from inkling_probe.bundle import write_report
+    from inkling_probe.errors import ProbeError
+
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise BadInput(f"-o {out}: exists and is not an empty folder; choose a new one")
+    doc, dumps = _source(inputs, control, name_map, threshold, k, include)
+    try:
+        written = write_report(doc, out, dumps, name_map=name_map)
+    except ProbeError as e:
+        raise BadInput(str(e).splitlines()[0]) from None
+    finally:
+        for d in (dumps or {}).values():
+            d.close()
+    from inkling_probe.views.terminal import summary_lines
+
+    for line in summary_lines(doc, limit=3):
+        click.echo(line)
+    for note in written.notes:
+        click.echo(f"note: {note}")
+    total = sum(written.files.values())
+    click.echo(f"report: {os.path.join(out, 'report.html')} ({len(written.files)} files, {total / 1024:.0f} KiB); "
+               f"zip: {written.zip} ({os.path.getsize(written.zip) / 1024:.0f} KiB)")
+
+
+def _source(inputs, control, name_map, threshold, k, include):
+    """(compare document, dumps or None to open those it names)."""
+    if len(inputs) == 1:
+        return load_saved(inputs[0]), None
+    if len(inputs) != 2:
+        raise BadInput(f"expected REF CAND or one saved compare JSON, got {len(inputs)} arguments")
+    from inkling_probe.compare import compare
+    from inkling_probe.errors import ProbeError
+
+    dumps = {"ref": open_dump(inputs[0]), "cand": open_dump(inputs[1])}
+    if control:
+        dumps["control"] = open_dump(control)
+    try:
+        report = compare(dumps["ref"], dumps["cand"], dumps.get("control"), name_map=name_map,
+                         threshold=threshold, k=k, include=include or None)
+    except ProbeError as e:
+        raise BadInput(str(e).splitlines()[0]) from None
+    return report.to_dict(), dumps
+
+
+def load_saved(path: str) -> dict:
+    """A saved ``compare --json`` document, or a one-line BadInput saying why not."""
+    if os.path.isdir(path):
+        raise BadInput(f"{path}: a folder; pass REF CAND (two dumps) or one saved compare JSON file")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except FileNotFoundError:
+        raise BadInput(f"{path}: no such file") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BadInput(f"{path}: not JSON ({str(e).splitlines()[0][:60]})") from None
+    if not isinstance(doc, dict) or "rows" not in doc or "ref" not in doc:
+        raise BadInput(f"{path}: JSON, but not a compare result (no 'rows'/'ref'; make one with compare --json)")
+    return doc
