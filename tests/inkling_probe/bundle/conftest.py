@@ -62,3 +62,12 @@ def amax_doc(hunt):
     from inkling_probe.compare import compare
 
     return compare(hunt["ref_bf16"], hunt["amax"], hunt["control"]).to_dict()
+
+
+@pytest.fixture(scope="session")
+def amax_report(amax_doc, tmp_path_factory):
+    """(folder, Written) of the raw_input_amax report."""
+    from inkling_probe.bundle import write_report
+
+    out = tmp_path_factory.mktemp("report") / "rep"
+    return out, write_report(amax_doc, out)

@@ -4,11 +4,9 @@ import json
 import os
 
 import numpy as np
-import pytest
 from click.testing import CliRunner
 
 import inkling_probe
-from inkling_probe.bundle import write_report
 from inkling_probe.cli import group
 
 FILES = {"report.html", "report.md", "summary.json", "divergence_by_layer.png", "heatmap.png",
@@ -16,14 +14,8 @@ FILES = {"report.html", "report.md", "summary.json", "divergence_by_layer.png", 
 CULPRIT = "layers.3.mlp.experts"
 
 
-@pytest.fixture(scope="module")
-def report(amax_doc, tmp_path_factory):
-    out = tmp_path_factory.mktemp("report") / "rep"
-    return out, write_report(amax_doc, out)
-
-
-def test_report_folder_holds_every_artifact_with_the_culprit(report):
-    out, written = report
+def test_report_folder_holds_every_artifact_with_the_culprit(amax_report):
+    out, written = amax_report
     assert set(os.listdir(out)) == FILES and os.path.isfile(str(out) + ".zip")
     summary = json.loads((out / "summary.json").read_text())
     assert summary["culprits"][0]["key"] == CULPRIT and summary["first_divergence"]["key"] == CULPRIT
@@ -39,8 +31,8 @@ def test_report_folder_holds_every_artifact_with_the_culprit(report):
     assert written.files["slice.h5"] < 1 << 20  # small enough to attach
 
 
-def test_slice_is_a_dump_with_the_culprit_inputs_and_outputs_bit_exact(hunt, report):
-    with inkling_probe.open(str(report[0] / "slice.h5")) as s, inkling_probe.open(hunt["amax"]) as cand, \
+def test_slice_is_a_dump_with_the_culprit_inputs_and_outputs_bit_exact(hunt, amax_report):
+    with inkling_probe.open(str(amax_report[0] / "slice.h5")) as s, inkling_probe.open(hunt["amax"]) as cand, \
             inkling_probe.open(hunt["ref_bf16"]) as ref:
         keys = set(s.keys())
         assert {f"cand/{CULPRIT}", f"ref/{CULPRIT}", f"control/{CULPRIT}", f"ref/{CULPRIT}.in.0",
