@@ -6,6 +6,8 @@ dump paths inherits :class:`ReportViews`; the functions below also take the docu
 """
 from __future__ import annotations
 
+import types
+
 from inkling_probe.views.doc import as_doc
 
 
@@ -67,3 +69,30 @@ class ReportViews:
 
     def to_pandas(self):
         return to_pandas(self)
+
+
+class _CallablePackage(types.ModuleType):
+    """The ``inkling_probe.compare`` package, callable: ``inkling_probe.compare(ref, cand, ...)``."""
+
+    def __call__(self, *args, **kwargs):
+        report = self.compare(*args, **kwargs)
+        give_views(type(report))
+        return report
+
+
+def callable_compare(package):
+    """The compare package made callable (a bridge until compare/__init__.py does it itself)."""
+    if not callable(package):
+        package.__class__ = _CallablePackage
+    return package
+
+
+def give_views(report_class) -> None:
+    """Give a Report class that does not inherit :class:`ReportViews` its methods (a bridge until it
+    does; then this finds nothing to do)."""
+    if issubclass(report_class, ReportViews):
+        return
+    for attr in ("_repr_html_", "summary", "plot", "heatmap", "to_pandas"):
+        if not hasattr(report_class, attr):
+            setattr(report_class, attr, getattr(ReportViews, attr))
+    report_class.__repr__ = ReportViews.__repr__
