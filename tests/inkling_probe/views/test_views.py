@@ -125,14 +125,18 @@ def test_as_doc_takes_a_report_a_dict_or_a_saved_json(tmp_path):
 
 
 def test_inkling_probe_compare_is_callable_and_its_report_has_the_views(tmp_path):
-    import inkling_probe
-
     g = torch.Generator().manual_seed(1)
     steps = [[(f"layers.{i}.out", torch.randn(4, 8, generator=g)) for i in range(2)]]
     bad = [[(k, t * (3.0 if k == "layers.1.out" else 1.0)) for k, t in steps[0]]]
     ref, cand = write(tmp_path / "ref", steps), write(tmp_path / "cand", bad)
-    rep = inkling_probe.compare(ref, cand)
-    assert repr(rep).startswith("<Report cand vs ref: 2 keys, 1 diverged; culprit layers.1.out")
-    assert "CULPRIT 1" in rep._repr_html_() and "culprit 1: layers.1.out" in rep.summary()
-    import inkling_probe.compare.engine  # noqa: F401 - importing the package directly keeps it callable
-    assert callable(inkling_probe.compare) and inkling_probe.compare.compare is not None
+    code = f"""if True:  # a fresh interpreter, as in a notebook
+        import inkling_probe
+        rep = inkling_probe.compare({ref!r}, {cand!r})
+        print(repr(rep))
+        assert "CULPRIT 1" in rep._repr_html_() and "culprit 1: layers.1.out" in rep.summary()
+        import inkling_probe.compare.engine
+        assert callable(inkling_probe.compare)
+    """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-800:]
+    assert out.stdout.startswith("<Report cand vs ref: 2 keys, 1 diverged; culprit layers.1.out")
