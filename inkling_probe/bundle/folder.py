@@ -31,15 +31,17 @@ class Written:
     zip: str = ""
     files: dict = field(default_factory=dict)  # name -> bytes
     notes: list = field(default_factory=list)
+    extracted: object = None  # the Extracted test_repro.py, with ckpt
 
 
 def write_report(report, out_dir, dumps: dict | None = None, name_map: str | None = None,
-                 environ=None, extra_files: dict | None = None) -> Written:
+                 environ=None, ckpt: str | None = None) -> Written:
     """Write the report folder ``out_dir`` (must not exist or be empty) and ``out_dir.zip``.
 
     ``dumps``: {"ref"|"cand"|"control": Dump}; without them the dumps the document names are
     opened when they exist, else the heatmap and slice are left out (said in the notes).
-    ``extra_files``: name -> text, written beside the others (e.g. the extracted test)."""
+    ``ckpt``: the candidate's checkpoint; with it the standalone repro test_repro.py is extracted
+    for the first culprit too (:mod:`.extract`; imports torch)."""
     doc = as_doc(report)
     out_dir = os.path.normpath(os.fspath(out_dir))
     _prepare(out_dir)
@@ -62,9 +64,9 @@ def write_report(report, out_dir, dumps: dict | None = None, name_map: str | Non
         done.notes.append("heatmap.png and slice.h5 need the dumps, which were not found")
     for file, data in images.items():
         _write(done, file, data)
-    for file, text in (extra_files or {}).items():
-        _write(done, file, text)
-    _write(done, "repro.sh", repro.script(summary, dumps, slice_keys, name_map, "test_repro.py" in (extra_files or {})))
+    if ckpt and slice_keys:
+        done.extracted = _extract(out_dir, ckpt, done)
+    _write(done, "repro.sh", repro.script(summary, dumps, slice_keys, name_map, done.extracted is not None))
     os.chmod(os.path.join(out_dir, "repro.sh"), 0o755)
     if os.path.exists(os.path.join(out_dir, "slice.h5")):
         done.files["slice.h5"] = os.path.getsize(os.path.join(out_dir, "slice.h5"))
@@ -75,6 +77,15 @@ def write_report(report, out_dir, dumps: dict | None = None, name_map: str | Non
     _write(done, "report.html", page)
     done.zip = zip_folder(out_dir)
     return done
+
+
+def _extract(out_dir: str, ckpt: str, done: Written):
+    from inkling_probe.bundle.extract import extract
+
+    path = os.path.join(out_dir, "test_repro.py")
+    result = extract(out_dir, path, ckpt=ckpt)
+    done.files["test_repro.py"] = os.path.getsize(path)
+    return result
 
 
 def _prepare(out_dir: str) -> None:

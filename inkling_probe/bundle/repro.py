@@ -39,7 +39,7 @@ def script(doc: dict, dumps: dict, slice_keys: list[str], name_map: str | None =
         lines.append("")
     if has_test:
         lines += ["# the standalone check (no model run, no checkpoint): fails while the bug is there",
-                  "python -m pytest -q test_repro.py", ""]
+                  "python -m pytest -q test_repro.py || echo \"test_repro.py fails: the bug is there\"", ""]
     names = " ".join(f"{s}={n}" for s, n in sides.items()) or "ref=... cand=..."
     compare = ['inkling-probe compare "$WORK/{}" "$WORK/{}"'.format(sides.get("ref", name(doc.get("ref"))),
                                                                     sides.get("cand", name(doc.get("cand"))))]

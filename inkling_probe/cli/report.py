@@ -24,17 +24,22 @@ from inkling_probe.cli.common import BadInput, open_dump
 @click.option("--threshold", type=float, default=None, help="As for compare: replaces the dtype default.")
 @click.option("-k", "k", type=float, default=2.0, show_default=True, help="Allowed multiple of the control's floor.")
 @click.option("--include", multiple=True, help="Only keys matching this glob (after --map); repeatable.")
-def command(inputs, out, control, name_map, threshold, k, include):
+@click.option("--ckpt", type=click.Path(), default=None,
+              help="The candidate's checkpoint: also extract the standalone repro test_repro.py (see extract).")
+def command(inputs, out, control, name_map, threshold, k, include, ckpt):
     """Write report.html, report.md, summary.json, the two plots, environment.json, slice.h5 and
-    repro.sh into OUT, and OUT.zip. From two dumps (compared here) or a saved ``compare --json``."""
+    repro.sh into OUT (with --ckpt also test_repro.py), and OUT.zip. From two dumps (compared here)
+    or a saved ``compare --json``."""
     from inkling_probe.bundle import write_report
     from inkling_probe.errors import ProbeError
 
+    if ckpt and not os.path.isdir(ckpt):
+        raise BadInput(f"--ckpt {ckpt}: no such directory")
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
         raise BadInput(f"-o {out}: exists and is not an empty folder; choose a new one")
     doc, dumps = _source(inputs, control, name_map, threshold, k, include)
     try:
-        written = write_report(doc, out, dumps, name_map=name_map)
+        written = write_report(doc, out, dumps, name_map=name_map, ckpt=ckpt)
     except ProbeError as e:
         raise BadInput(str(e).splitlines()[0]) from None
     finally:
@@ -46,6 +51,11 @@ def command(inputs, out, control, name_map, threshold, k, include):
         click.echo(line)
     for note in written.notes:
         click.echo(f"note: {note}")
+    x = written.extracted
+    if x is not None:
+        state = "fails here (the bug is in this process's code)" if x.fails_now else "passes here"
+        click.echo(f"repro: test_repro.py, {x.kind} check of {x.key}: rel_rms {x.error:.4g} vs tolerance "
+                   f"{x.tolerance:.4g}, {state}")
     total = sum(written.files.values())
     click.echo(f"report: {os.path.join(out, 'report.html')} ({len(written.files)} files, {total / 1024:.0f} KiB); "
                f"zip: {written.zip} ({os.path.getsize(written.zip) / 1024:.0f} KiB)")

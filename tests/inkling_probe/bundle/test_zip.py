@@ -27,11 +27,11 @@ def test_zip_has_relative_paths_and_no_planted_secret(hunt, tmp_path, monkeypatc
     monkeypatch.setenv("INKLING_PROBE_VISIBLE", "layers.*")
     out = tmp_path / "bug-report"
     res = CliRunner().invoke(group, ["report", hunt["ref_bf16"], hunt["amax"], "--control", hunt["control"],
-                                     "-o", str(out)])
+                                     "--ckpt", hunt["ckq"], "-o", str(out)])
     assert res.exit_code == 0, res.output
     with zipfile.ZipFile(str(out) + ".zip") as z:
         names = z.namelist()
-        assert len(names) == 8
+        assert len(names) == 9 and "bug-report/test_repro.py" in names  # with --ckpt, the standalone repro
         for n in names:
             assert not n.startswith(("/", "\\")) and ":" not in n and ".." not in n.split("/"), n
             assert n.startswith("bug-report/")
@@ -43,7 +43,7 @@ def test_zip_has_relative_paths_and_no_planted_secret(hunt, tmp_path, monkeypatc
         env = json.loads(z.read("bug-report/environment.json"))
     variables = env["variables"]
     assert variables["INKLING_PROBE_VISIBLE"] == "layers.*"  # kept: only secrets are redacted
-    assert variables["HF_TOKEN"] if "HF_TOKEN" in variables else True
+    assert "HF_TOKEN" not in variables  # not a steering variable: not collected at all
     for k in ("INKLING_PROBE_API_KEY", "NCCL_DEBUG_SUBSYS", "CUDA_SECRET_THING", "INKLING_FAULT_NOTE"):
         assert variables[k] == REDACTED, k
     assert variables["TORCH_HUB_URL"] == f"https://{REDACTED}@hub.example.org/models"
