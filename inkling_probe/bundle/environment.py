@@ -75,3 +75,14 @@ def collect(environ=None) -> dict:
     return {"python": platform.python_version(), "implementation": platform.python_implementation(),
             "platform": platform.platform(), "machine": platform.machine(), "cpus": os.cpu_count(),
             "packages": packages(), "gpu": gpu(), "variables": variables(environ)}
+
+
+def recorded(dumps: dict) -> dict:
+    """What each dump says about the run that recorded it (torch, Python, its variables, redacted):
+    the machine that ran the candidate is often not the one writing the report."""
+    out = {}
+    for side, d in dumps.items():
+        run = d.segments[0].run if d.segments else {}
+        out[side] = {"torch": run.get("torch"), "python": run.get("python"), "world_size": d.world_size,
+                     "variables": variables(run.get("env") or {})}
+    return out

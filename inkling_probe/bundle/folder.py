@@ -49,7 +49,7 @@ def write_report(report, out_dir, dumps: dict | None = None, name_map: str | Non
     dumps = dumps if dumps is not None else _open_named(doc, done.notes)
     summary = _portable(doc, dumps)
     _write(done, "summary.json", json.dumps(summary, indent=1, allow_nan=False))
-    env = environment.collect(environ)
+    env = {**environment.collect(environ), "recorded": environment.recorded(dumps)}
     _write(done, "environment.json", json.dumps(env, indent=1))
     images = {"divergence_by_layer.png": plots.png(plots.divergence_by_layer(summary))}
     slice_keys = []

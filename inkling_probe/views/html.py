@@ -134,7 +134,7 @@ def _environment(env: dict | None) -> str:
     if not env:
         return ""
     flat = [(k, v) for k, v in env.items() if not isinstance(v, dict)]
-    for group in ("packages", "gpu", "variables"):
+    for group in ("packages", "gpu", "variables", "recorded"):
         flat += [(f"{group}.{k}", v) for k, v in (env.get(group) or {}).items()]
     rows_ = "".join(f'<tr><td class="k">{escape(k)}</td><td class="t">{escape(str(v))}</td></tr>' for k, v in flat)
     return f'<h2>Environment</h2><details><summary>{len(flat)} entries</summary><table class="ip">{rows_}</table></details>'

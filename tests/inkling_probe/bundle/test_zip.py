@@ -48,4 +48,5 @@ def test_zip_has_relative_paths_and_no_planted_secret(hunt, tmp_path, monkeypatc
         assert variables[k] == REDACTED, k
     assert variables["TORCH_HUB_URL"] == f"https://{REDACTED}@hub.example.org/models"
     assert env["python"] and env["packages"]["numpy"]
+    assert set(env["recorded"]) == {"ref", "cand", "control"} and env["recorded"]["cand"]["torch"]
     assert sorted(os.listdir(tmp_path)) == ["bug-report", "bug-report.zip"]  # nothing written beside
