@@ -2,12 +2,12 @@
 
     inkling-probe report REF CAND [--control R2] [--map FILE] -o DIR
     inkling-probe report SAVED.json -o DIR        (the output of ``compare --json``)
+    inkling-probe report BISECT_DIR -o DIR        (a ``bisect layers`` work directory or its --json)
 
 Exit status: 0 when the folder is written, 2 on bad input (one line naming it).
 """
 from __future__ import annotations
 
-import json
 import os
 
 import click
@@ -16,7 +16,7 @@ from inkling_probe.cli.common import BadInput, open_dump
 
 
 @click.command("report")
-@click.argument("inputs", nargs=-1, required=True, metavar="REF CAND | SAVED.json")
+@click.argument("inputs", nargs=-1, required=True, metavar="REF CAND | SAVED.json | BISECT_DIR")
 @click.option("-o", "--out", "out", required=True, type=click.Path(),
               help="Report folder to write (must not exist or be empty); OUT.zip is written beside it.")
 @click.option("--control", type=click.Path(), default=None, help="Control dump: the noise floor (as for compare).")
@@ -28,8 +28,8 @@ from inkling_probe.cli.common import BadInput, open_dump
               help="The candidate's checkpoint: also extract the standalone repro test_repro.py (see extract).")
 def command(inputs, out, control, name_map, threshold, k, include, ckpt):
     """Write report.html, report.md, summary.json, the two plots, environment.json, slice.h5 and
-    repro.sh into OUT (with --ckpt also test_repro.py), and OUT.zip. From two dumps (compared here)
-    or a saved ``compare --json``."""
+    repro.sh into OUT (with --ckpt also test_repro.py), and OUT.zip. From two dumps (compared here),
+    a saved ``compare --json``, or a ``bisect layers`` result (its decisive layer's dumps)."""
     from inkling_probe.bundle import write_report
     from inkling_probe.errors import ProbeError
 
@@ -63,14 +63,30 @@ def command(inputs, out, control, name_map, threshold, k, include, ckpt):
 
 def _source(inputs, control, name_map, threshold, k, include):
     """(compare document, dumps or None to open those it names)."""
-    if len(inputs) == 1:
-        return load_saved(inputs[0]), None
-    if len(inputs) != 2:
-        raise BadInput(f"expected REF CAND or one saved compare JSON, got {len(inputs)} arguments")
+    from inkling_probe.bundle import sources
+    from inkling_probe.errors import ProbeError
+
+    paths = list(inputs)
+    try:
+        if len(paths) == 1 and os.path.isfile(paths[0]):
+            doc = sources.load_json(paths[0])
+            if sources.is_compare(doc):
+                return doc, None
+        if len(paths) == 1:  # a bisect layers work directory or its --json output
+            found = sources.bisect_dumps(paths[0])
+            paths, control = [found["ref"], found["cand"]], control or found.get("control")
+    except ProbeError as e:
+        raise BadInput(str(e).splitlines()[0]) from None
+    if len(paths) != 2:
+        raise BadInput(f"expected REF CAND, a saved compare JSON or a bisect result, got {len(paths)} arguments")
+    return _compare(paths, control, name_map, threshold, k, include)
+
+
+def _compare(paths, control, name_map, threshold, k, include):
     from inkling_probe.compare import compare
     from inkling_probe.errors import ProbeError
 
-    dumps = {"ref": open_dump(inputs[0]), "cand": open_dump(inputs[1])}
+    dumps = {"ref": open_dump(paths[0]), "cand": open_dump(paths[1])}
     if control:
         dumps["control"] = open_dump(control)
     try:
@@ -79,19 +95,3 @@ def _source(inputs, control, name_map, threshold, k, include):
     except ProbeError as e:
         raise BadInput(str(e).splitlines()[0]) from None
     return report.to_dict(), dumps
-
-
-def load_saved(path: str) -> dict:
-    """A saved ``compare --json`` document, or a one-line BadInput saying why not."""
-    if os.path.isdir(path):
-        raise BadInput(f"{path}: a folder; pass REF CAND (two dumps) or one saved compare JSON file")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except FileNotFoundError:
-        raise BadInput(f"{path}: no such file") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise BadInput(f"{path}: not JSON ({str(e).splitlines()[0][:60]})") from None
-    if not isinstance(doc, dict) or "rows" not in doc or "ref" not in doc:
-        raise BadInput(f"{path}: JSON, but not a compare result (no 'rows'/'ref'; make one with compare --json)")
-    return doc

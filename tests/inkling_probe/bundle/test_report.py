@@ -68,3 +68,19 @@ def test_report_cli_bad_input_is_one_line_exit_2(hunt, tmp_path):
     res = runner.invoke(group, ["report", hunt["ref_fp32"], hunt["gate_up"], "-o", str(tmp_path / "full")])
     assert res.exit_code == 2 and "not an empty folder" in res.output
     assert not (tmp_path / "o").exists()
+
+
+def test_report_from_a_bisect_layers_work_directory(hunt, tmp_path):
+    import shutil
+
+    wd = tmp_path / "bl"  # the layout `bisect layers` leaves: state.json and the runs' folders
+    wd.mkdir()
+    (wd / "state.json").write_text(json.dumps({"kind": "layers", "answer": {"layer": "layers.3", "diverged": True}}))
+    for n, side, src in ((7, "ref", hunt["ref_bf16"]), (8, "cand", hunt["amax"])):
+        shutil.copytree(src, wd / "bad" / f"00{n}-{side}-layers.3" / "dump")
+    res = CliRunner().invoke(group, ["report", str(wd), "-o", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    assert "culprit layers.3.mlp.experts" in res.output
+    (wd / "state.json").write_text(json.dumps({"kind": "flags", "answer": {}}))
+    res = CliRunner().invoke(group, ["report", str(wd), "-o", str(tmp_path / "out2")])
+    assert res.exit_code == 2 and "bisect 'flags'" in res.output
