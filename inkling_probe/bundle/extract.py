@@ -48,8 +48,6 @@ class Extracted:
 def extract(report_dir: str, out: str, key: str | None = None, ckpt: str | None = None, factory=None,
             embed_mb: float = 4) -> Extracted:
     """Write the pytest file ``out`` for ``key`` (default: the first culprit) and run its check once."""
-    import torch
-
     from inkling_probe.store.reader import open_dump
 
     doc, slice_path = _load(report_dir)
@@ -75,7 +73,6 @@ def extract(report_dir: str, out: str, key: str | None = None, ckpt: str | None 
         fh.write(text)
     done = Extracted(out, key, "module" if plan else "tensor", why, tolerance, data_file=data_file)
     done.error = _run_check(out)
-    del torch
     return done
 
 

@@ -16,9 +16,6 @@ from inkling_probe.store import schema
 from inkling_probe.store.writer import SegmentWriter
 from inkling_probe.views.doc import culprits, rows
 
-SIDES = ("ref", "cand", "control")
-
-
 @dataclass
 class SliceResult:
     path: str
