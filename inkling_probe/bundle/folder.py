@@ -60,6 +60,8 @@ def write_report(report, out_dir, dumps: dict | None = None, name_map: str | Non
             result = write_slice(summary, dumps, os.path.join(out_dir, "slice.h5"))
             slice_keys = result.keys
             done.notes += [f"slice.h5 leaves out {x}" for x in result.left_out]
+        else:
+            done.notes.append("no culprit: no slice.h5")
     else:
         done.notes.append("heatmap.png and slice.h5 need the dumps, which were not found")
     for file, data in images.items():
