@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import dataclass, field
 
 from inkling_probe.bundle import environment, repro
@@ -44,41 +45,66 @@ def write_report(report, out_dir, dumps: dict | None = None, name_map: str | Non
     for the first culprit too (:mod:`.extract`; imports torch)."""
     doc = as_doc(report)
     out_dir = os.path.normpath(os.fspath(out_dir))
+    existed = os.path.isdir(out_dir)
     _prepare(out_dir)
     done = Written(out_dir)
-    dumps = dumps if dumps is not None else _open_named(doc, done.notes)
+    opened = _open_named(doc, done.notes) if dumps is None else {}
+    try:
+        _fill(done, doc, dumps if dumps is not None else opened, name_map, environ, ckpt)
+    except BaseException:  # no half-written report left behind: the next attempt can use the name
+        shutil.rmtree(out_dir, ignore_errors=True)
+        if existed:
+            os.makedirs(out_dir)
+        raise
+    finally:
+        for d in opened.values():
+            d.close()
+    done.zip = zip_folder(out_dir)
+    return done
+
+
+def _fill(done: Written, doc: dict, dumps: dict, name_map, environ, ckpt) -> None:
     summary = _portable(doc, dumps)
     _write(done, "summary.json", json.dumps(summary, indent=1, allow_nan=False))
     env = {**environment.collect(environ), "recorded": environment.recorded(dumps)}
     _write(done, "environment.json", json.dumps(env, indent=1))
+    images = _plots(done, summary, dumps)
+    slice_keys = _slice(done, summary, dumps)
+    if ckpt and slice_keys:
+        done.extracted = _extract(done.folder, ckpt, done)
+    elif ckpt:
+        done.notes.append("--ckpt given, but there is no culprit slice to extract a repro from")
+    _write(done, "repro.sh", repro.script(summary, dumps, slice_keys, name_map, done.extracted is not None))
+    os.chmod(os.path.join(done.folder, "repro.sh"), 0o755)
+    listed = sorted(set(done.files) | {"report.md", "report.html"})
+    _write(done, "report.md", markdown.markdown(summary, {PLOTS[f]: f for f in images}, listed))
+    _write(done, "report.html", html.page(summary, {PLOTS[f]: data for f, data in images.items()}, env, listed))
+
+
+def _plots(done: Written, summary: dict, dumps: dict) -> dict:
     images = {"divergence_by_layer.png": plots.png(plots.divergence_by_layer(summary))}
-    slice_keys = []
     if "ref" in dumps and "cand" in dumps:
         te = token_errors(summary, dumps["ref"], dumps["cand"])
         images["heatmap.png"] = plots.png(plots.heatmap(te, summary))
-        if culprits(summary):
-            result = write_slice(summary, dumps, os.path.join(out_dir, "slice.h5"))
-            slice_keys = result.keys
-            done.notes += [f"slice.h5 leaves out {x}" for x in result.left_out]
-        else:
-            done.notes.append("no culprit: no slice.h5")
     else:
         done.notes.append("heatmap.png and slice.h5 need the dumps, which were not found")
     for file, data in images.items():
         _write(done, file, data)
-    if ckpt and slice_keys:
-        done.extracted = _extract(out_dir, ckpt, done)
-    _write(done, "repro.sh", repro.script(summary, dumps, slice_keys, name_map, done.extracted is not None))
-    os.chmod(os.path.join(out_dir, "repro.sh"), 0o755)
-    if os.path.exists(os.path.join(out_dir, "slice.h5")):
-        done.files["slice.h5"] = os.path.getsize(os.path.join(out_dir, "slice.h5"))
-    listed = sorted(set(done.files) | {"report.md", "report.html"})
-    captions = {PLOTS[f]: f for f in images}
-    _write(done, "report.md", markdown.markdown(summary, captions, listed))
-    page = html.page(summary, {PLOTS[f]: data for f, data in images.items()}, env, listed)
-    _write(done, "report.html", page)
-    done.zip = zip_folder(out_dir)
-    return done
+    return images
+
+
+def _slice(done: Written, summary: dict, dumps: dict) -> list[str]:
+    if "ref" not in dumps or "cand" not in dumps:
+        return []
+    if not culprits(summary):
+        done.notes.append("no culprit: no slice.h5")
+        return []
+    path = os.path.join(done.folder, "slice.h5")
+    result = write_slice(summary, dumps, path)
+    done.notes += [f"slice.h5 leaves out {x}" for x in result.left_out]
+    if os.path.exists(path):
+        done.files["slice.h5"] = os.path.getsize(path)
+    return result.keys
 
 
 def _extract(out_dir: str, ckpt: str, done: Written):
