@@ -21,6 +21,8 @@ BUILTIN = {
     "compare": "inkling_probe.cli.compare:command",
     "replay": "inkling_probe.cli.replay:command",
     "graphdiff": "inkling_probe.cli.graphdiff:command",
+    "report": "inkling_probe.cli.report:command",
+    "extract": "inkling_probe.cli.extract:command",
 }
 ENTRY_POINT_GROUP = "inkling_probe.commands"
 
