@@ -90,7 +90,8 @@ class LayerSearch:
             v = verdict(self._worst(recs), self._judge(recs), self.on_crash)
             self.runner.settle(list(recs.values()), v["passed"])
             self.runner.state.set_verdict(key, v)
-        self.runner.progress("verdict", {"key": key, "label": unit["name"], **v})
+        if self.runner.first_report(f"verdict:{key}"):
+            self.runner.progress("verdict", {"key": key, "label": unit["name"], **v})
         return v
 
     def _judge(self, recs: dict) -> dict:

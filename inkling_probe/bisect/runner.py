@@ -69,12 +69,20 @@ class Runner:
     def __init__(self, state, *, max_runs: int | None = None, timeout: float | None = None, progress=None):
         self.state, self.max_runs, self.timeout = state, max_runs, timeout
         self.progress = progress or (lambda event, info: None)
+        self.seen: set[str] = set()  # keys reported in this session
+
+    def first_report(self, key: str) -> bool:
+        """True the first time ``key`` is asked about in this session (repeats are not reported)."""
+        new = key not in self.seen
+        self.seen.add(key)
+        return new
 
     def execute(self, key: str, label: str, command: Command, env: dict, record: bool = False) -> dict:
         """Run ``command`` with ``env`` set (None: unset), or return the finished run of ``key``."""
         done = self.state.run(key)
         if done is not None:
-            self.progress("cached", done)
+            if self.first_report(f"run:{key}"):
+                self.progress("cached", done)
             return done
         if self.max_runs is not None and len(self.state.runs) >= self.max_runs:
             raise BudgetSpent(f"--max-runs {self.max_runs} spent ({len(self.state.runs)} runs, kept in "

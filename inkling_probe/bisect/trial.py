@@ -12,7 +12,8 @@ def trial(runner, oracle, on_crash: str, key: str, label: str, command, env: dic
         v = verdict(rec, oracle.judge(rec, runner), on_crash)
         runner.settle([rec], v["passed"])
         runner.state.set_verdict(key, v)
-    runner.progress("verdict", {"key": key, "label": label, **v})
+    if runner.first_report(f"verdict:{key}"):
+        runner.progress("verdict", {"key": key, "label": label, **v})
     return v
 
 

@@ -20,6 +20,7 @@ BUILTIN = {
     "show": "inkling_probe.cli.show:command",
     "compare": "inkling_probe.cli.compare:command",
     "replay": "inkling_probe.cli.replay:command",
+    "bisect": "inkling_probe.cli.bisect:command",
 }
 ENTRY_POINT_GROUP = "inkling_probe.commands"
 

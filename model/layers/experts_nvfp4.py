@@ -87,7 +87,8 @@ class NvFp4RoutedExperts(nn.Module):
         return act @ w2.t()  # [n, H]
 
     def forward(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_w: torch.Tensor) -> torch.Tensor:
-        self._probe_scales()
+        if not self.unquantized:  # unquantized layers use no activation scale
+            self._probe_scales()
         xf = x.float()  # [T, H]
         out = torch.zeros_like(xf)  # [T, H]
         local = topk_idx - self.expert_start  # [T, k]
