@@ -2,16 +2,10 @@
 import json
 import shutil
 import struct
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-PY = sys.executable
-RUN = f"{PY} -m inkling_probe.cli run"
-TOKENS = "1,2,3,4,5,6,7,8"
-
 
 @pytest.fixture(scope="session")
 def nvfp4_ckpt(tmp_path_factory):
