@@ -16,19 +16,13 @@ ENV = "INKLING_BF16_LAYERS"
 
 
 def parse_layers(text: str) -> frozenset[int] | None:
-    """``"3,5"``, ``"2-4,7"`` -> the layer ids; ``"all"`` -> None (every layer); ``""`` -> empty."""
+    """``"3,5"``, ``"2-4,7"`` -> the layer ids; ``"all"`` -> None (every layer); ``""`` -> empty.
+
+    A bad spec raises ValueError naming the variable."""
+    from inkling_probe.bisect.precision import parse_layers as parse
+
     text = text.strip()
-    if text == "all":
-        return None
-    out: set[int] = set()
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        a, sep, b = part.partition("-")
-        try:
-            lo, hi = int(a), int(b) if sep else int(a)
-        except ValueError:
-            raise ValueError(f"{ENV}={text!r}: {part!r} is not a layer id or range A-B") from None
-        out.update(range(lo, hi + 1))
-    return frozenset(out)
+    return None if text == "all" else frozenset(parse(text, what=ENV, allow_empty=True))
 
 
 def keeps_reference(layer_idx: int, environ=None) -> bool:

@@ -14,24 +14,24 @@ from inkling_probe.errors import ProbeError
 DEFAULT_VAR = "INKLING_BF16_LAYERS"
 
 
-class BadLayers(ProbeError):
-    """A --layers spec that does not parse."""
+class BadLayers(ProbeError, ValueError):
+    """A layer spec that does not parse."""
 
 
-def parse_layers(spec: str) -> list[int]:
-    """``"3-5"``, ``"3,5,7"``, ``"2-4,9"`` -> sorted layer ids."""
+def parse_layers(spec: str, what: str = "--layers", allow_empty: bool = False) -> list[int]:
+    """``"3-5"``, ``"3,5,7"``, ``"2-4,9"`` -> sorted layer ids (``what`` names the spec in errors)."""
     out: set[int] = set()
     for part in filter(None, (p.strip() for p in spec.split(","))):
         a, sep, b = part.partition("-")
         try:
             lo, hi = int(a), int(b) if sep else int(a)
         except ValueError:
-            raise BadLayers(f"--layers {spec!r}: {part!r} is not a layer id or range A-B") from None
+            raise BadLayers(f"{what} {spec!r}: {part!r} is not a layer id or range A-B") from None
         if lo < 0 or hi < lo:
-            raise BadLayers(f"--layers {spec!r}: {part!r} is not an increasing range of ids >= 0")
+            raise BadLayers(f"{what} {spec!r}: {part!r} is not an increasing range of ids >= 0")
         out.update(range(lo, hi + 1))
-    if not out:
-        raise BadLayers(f"--layers {spec!r}: no layers")
+    if not out and not allow_empty:
+        raise BadLayers(f"{what} {spec!r}: no layers")
     return sorted(out)
 
 
