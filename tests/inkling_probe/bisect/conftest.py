@@ -2,10 +2,15 @@
 import json
 import shutil
 import struct
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+# This folder has no __init__.py (a package named `bisect` would shadow the standard library's),
+# so the shared helper tests/inkling_probe/dumps.py is put on the path here.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 @pytest.fixture(scope="session")
 def nvfp4_ckpt(tmp_path_factory):

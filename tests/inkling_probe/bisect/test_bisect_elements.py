@@ -31,3 +31,19 @@ def test_packed_weight_blocks_are_16_elements():
     assert [r["start"] for r in regions] == [1]
     blocks = regions[0]["inside"][0]["inside"]
     assert [(b["start"], b["stop"]) for b in blocks] == [(16, 32), (48, 64)]
+
+
+def test_two_dumps_token_rows_and_bf16(tmp_path):
+    import torch
+    from dumps import write
+
+    x = torch.randn(40, 64).to(torch.bfloat16)
+    y = x.clone()
+    y[20, 5] += 1
+    a = write(tmp_path / "a", [[("layers.0.out", x)]])
+    b = write(tmp_path / "b", [[("layers.0.out", y)]])
+    res = bisect_elements(a, b)
+    assert (res["diverged"], res["elements"]) == (1, 40 * 64)
+    assert region_lines(res["diverged_keys"][0]["regions"]) == ["rows 16-31: 1 of 1024",
+                                                                "  blocks 0 (elements 0-15): 1 of 256"]
+    assert bisect_elements(a, a)["diverged"] == 0
