@@ -1,6 +1,6 @@
 """``bisect layers``: the first layer where the candidate leaves the reference, recording one layer a run.
 
-1. One ``stats`` run per side (index rows only: cheap) gives the probe order, so the layers, and
+1. One ``stats`` run of the reference and the candidate (index rows only: cheap) gives the probe order, so the layers, and
    each key's NaN/Inf counts: a layer where the candidate turns non-finite and the reference does
    not surely diverges, which bounds the search from above.
 2. Binary search over the layers (keys before the first layer count with it, keys after the last
@@ -46,7 +46,8 @@ class LayerSearch:
         self.runner, self.sides, self.options, self.on_crash = runner, sides, compare_options, on_crash
 
     def run(self) -> dict:
-        stats = self._side_runs("stats", {"INKLING_PROBE_MODE": "stats", "INKLING_PROBE_INCLUDE": None})
+        stats = self._side_runs("stats", {"INKLING_PROBE_MODE": "stats", "INKLING_PROBE_INCLUDE": None},
+                                ("ref", "cand"))
         ref_keys = self._keys(stats["ref"])
         us = units(ref_keys)
         lo, hi = -1, len(us)
@@ -77,9 +78,9 @@ class LayerSearch:
                 "nonfinite_onset": us[onset]["name"] if onset is not None else None}
 
     # -- runs ------------------------------------------------------------------------------
-    def _side_runs(self, tag: str, env: dict) -> dict:
+    def _side_runs(self, tag: str, env: dict, sides=None) -> dict:
         return {side: self.runner.execute(f"{side}:{tag}", f"{side}-{tag}", cmd, env, record=True)
-                for side, cmd in self.sides.items()}
+                for side, cmd in self.sides.items() if sides is None or side in sides}
 
     def _test(self, unit: dict) -> dict:
         env = {"INKLING_PROBE_MODE": "full", "INKLING_PROBE_INCLUDE": ",".join(unit["globs"])}
@@ -126,7 +127,7 @@ class LayerSearch:
         if cand["crashed"] or cand["exit_code"] != 0:
             self.runner.settle(list(stats.values()), False)
             return None
-        counts = {side: _nonfinite_by_key(self._open(rec)) for side, rec in stats.items() if side != "control"}
+        counts = {side: _nonfinite_by_key(self._open(rec)) for side, rec in stats.items()}
         onset = None
         for i, u in enumerate(us):
             keys = [k for k in counts["cand"] if _in_unit(k, u)]
