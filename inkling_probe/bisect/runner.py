@@ -114,6 +114,9 @@ class Runner:
             if rec.get("dump"):
                 rec["dump"] = f"{rec['dir']}/dump"
         self.state.save()
+        pending = self.state.workdir / "pending"
+        if pending.is_dir() and not any(pending.iterdir()):
+            pending.rmdir()
 
     def path(self, rec: dict, field: str = "dump") -> str:
         """Absolute path of a run's dump (or folder)."""
