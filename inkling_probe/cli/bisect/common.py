@@ -38,9 +38,11 @@ def printer(as_json: bool):
     """A progress callback that prints one line per run to stderr (rich; nothing with --json)."""
     if as_json:
         return None, _null_status()
+    import sys
+
     from rich.console import Console
 
-    con = Console(stderr=True, highlight=False)
+    con = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
     status = con.status("starting")
 
     def progress(event: str, info: dict) -> None:
