@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from inkling_probe.bisect.ddmin import ddmin
 from inkling_probe.bisect.toggles import environment
-from inkling_probe.bisect.trial import trial
+from inkling_probe.bisect.trial import reason, trial
 from inkling_probe.errors import ProbeError
 
 
@@ -18,19 +18,18 @@ def _key(bad) -> str:
 def bisect_flags(runner, oracle, command, toggles, on_crash: str = "fail") -> dict:
     """ddmin over ``toggles``: ``{"failing_set", "toggles", "tests"}``."""
     names = [t.name for t in toggles]
-    tests = []
+    tests: dict[str, dict] = {}
 
     def fails(bad) -> bool:
         label = "+".join(bad) if bad else "all-good"
-        v = trial(runner, oracle, on_crash, _key(bad), label, command, environment(toggles, set(bad)))
-        if _key(bad) not in tests:
-            tests.append(_key(bad))
-        return not v["passed"]
+        tests[_key(bad)] = trial(runner, oracle, on_crash, _key(bad), label, command, environment(toggles, set(bad)))
+        return not tests[_key(bad)]["passed"]
 
     if not fails(names):
         raise Precondition("the oracle passes with every flag at BAD: nothing to bisect")
     if fails([]):
-        raise Precondition("the oracle fails with every flag at GOOD: the cause is not among these flags")
+        raise Precondition("the oracle fails with every flag at GOOD" + reason(tests[_key([])])
+                           + ": the cause is not among these flags")
     found = ddmin(names, fails)
     chosen = [t for t in toggles if t.name in found]
     return {"failing_set": found, "toggles": [t.as_dict() for t in chosen], "tests": len(tests),

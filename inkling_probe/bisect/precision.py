@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from inkling_probe.bisect.ddmin import ddmin
 from inkling_probe.bisect.flags import Precondition
-from inkling_probe.bisect.trial import trial
+from inkling_probe.bisect.trial import reason, trial
 from inkling_probe.errors import ProbeError
 
 DEFAULT_VAR = "INKLING_BF16_LAYERS"
@@ -38,18 +38,17 @@ def parse_layers(spec: str, what: str = "--layers", allow_empty: bool = False) -
 def bisect_precision(runner, oracle, command, layers: list[int], var: str = DEFAULT_VAR,
                      on_crash: str = "fail") -> dict:
     """``{"reference_layers", "quantized_layers", "tests"}``: the layers to keep at reference precision."""
-    tests: list[str] = []
+    tests: dict[str, dict] = {}
 
     def passes(kept) -> bool:
         text = ",".join(map(str, kept))
         key = f"{var}={text}"
-        v = trial(runner, oracle, on_crash, key, f"ref-{text or 'none'}", command, {var: text})
-        if key not in tests:
-            tests.append(key)
-        return v["passed"]
+        tests[key] = trial(runner, oracle, on_crash, key, f"ref-{text or 'none'}", command, {var: text})
+        return tests[key]["passed"]
 
     if not passes(layers):
-        raise Precondition(f"the oracle fails with every layer in {var}: precision is not the cause")
+        v = tests[f"{var}={','.join(map(str, layers))}"]
+        raise Precondition(f"the oracle fails with every layer in {var}{reason(v)}: precision is not the cause")
     found = [] if passes([]) else ddmin(layers, passes)
     return {"reference_layers": found, "quantized_layers": [i for i in layers if i not in found],
             "variable": var, "tests": len(tests)}

@@ -17,6 +17,13 @@ def trial(runner, oracle, on_crash: str, key: str, label: str, command, env: dic
     return v
 
 
+def reason(v: dict) -> str:
+    """Why a verdict failed, for messages: the crash, or the compare's first divergence."""
+    if v.get("crashed"):
+        return f" ({v.get('why')})"
+    return f" (first divergence {v['first_divergence']})" if v.get("first_divergence") else ""
+
+
 def run_rows(state) -> list[dict]:
     """Every run with its verdict, for the --json document and the summary table."""
     rows = []

@@ -30,3 +30,11 @@ def test_other_arguments_in_the_same_workdir(tmp_path):
     assert run(group, ["bisect", "precision", "--cmd", "true", "--layers", "3", "-w", w]).exit_code == 0
     r = run(group, ["bisect", "precision", "--cmd", "true", "--layers", "4", "-w", w])
     assert r.exit_code == 2 and "other arguments (layers differ)" in r.output
+
+
+def test_a_command_that_records_nothing_says_why(tmp_path):
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    r = CliRunner().invoke(group, ["bisect", "flags", "--cmd", "true", "--flag", "A=0:1", "--oracle", f"compare:{ref}",
+                                   "-w", str(tmp_path / "w")], catch_exceptions=False)
+    assert r.exit_code == 2 and "fails with every flag at GOOD (compare:" in r.output, r.output
