@@ -39,13 +39,24 @@ class CompareOracle:
         self.ref, self.control, self.options = ref, control, options
         self.spec = f"compare:{ref}"
         for what, path in (("compare reference", ref), ("--control", control)):
-            if path is not None and not Path(path).exists():
-                raise BadOracle(f"{what} {path}: no such dump")
+            if path is not None:
+                _check_dump(what, path)
 
     def judge(self, rec: dict, runner) -> dict:
         if rec["exit_code"] != 0:
             return {"crashed": True, "why": f"exit code {rec['exit_code']} (no trustworthy dump)"}
         return compare_dumps(self.ref, runner.path(rec), self.control, self.options)
+
+
+def _check_dump(what: str, path: str) -> None:
+    from inkling_probe.store.reader import open_dump
+
+    if not Path(path).exists():
+        raise BadOracle(f"{what} {path}: no such dump")
+    try:
+        open_dump(path).close()
+    except ProbeError as e:
+        raise BadOracle(f"{what}: {e}") from None
 
 
 def compare_dumps(ref: str, cand: str, control: str | None, options: dict) -> dict:

@@ -33,8 +33,14 @@ def test_other_arguments_in_the_same_workdir(tmp_path):
 
 
 def test_a_command_that_records_nothing_says_why(tmp_path):
-    ref = tmp_path / "ref"
-    ref.mkdir()
-    r = CliRunner().invoke(group, ["bisect", "flags", "--cmd", "true", "--flag", "A=0:1", "--oracle", f"compare:{ref}",
-                                   "-w", str(tmp_path / "w")], catch_exceptions=False)
-    assert r.exit_code == 2 and "fails with every flag at GOOD (compare:" in r.output, r.output
+    import torch
+    from dumps import write
+
+    ref = write(tmp_path / "ref", [[("x", torch.ones(4))]])
+    args = ["bisect", "flags", "--cmd", "true", "--flag", "A=0:1", "--oracle", f"compare:{ref}"]
+    r = CliRunner().invoke(group, args + ["-w", str(tmp_path / "w")], catch_exceptions=False)
+    assert r.exit_code == 2 and "fails with every flag at GOOD (" in r.output, r.output
+    (tmp_path / "empty").mkdir()
+    args[-1] = f"compare:{tmp_path / 'empty'}"
+    r = CliRunner().invoke(group, args + ["-w", str(tmp_path / "w2")], catch_exceptions=False)
+    assert r.exit_code == 2 and "compare reference: " in r.output and "not an inkling-probe dump" in r.output
