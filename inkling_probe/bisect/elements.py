@@ -75,7 +75,8 @@ def compare_key(a, b, key: str) -> dict:
     mask = np.asarray(x != y)
     row["diverged"] = int(mask.sum())
     if row["diverged"]:
-        scale = key.endswith("_scale") and "F8" in a.dtype(key).upper() or "float8" in a.dtype(key)
+        dt = a.dtype(key)
+        scale = key.endswith("_scale") and ("F8" in dt.upper() or "float8" in dt)  # one element per block
         row["regions"] = split(mask, levels(key, x.shape, scale))
     return row
 
