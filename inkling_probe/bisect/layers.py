@@ -48,25 +48,24 @@ class LayerSearch:
     def run(self) -> dict:
         stats = self._side_runs("stats", {"INKLING_PROBE_MODE": "stats", "INKLING_PROBE_INCLUDE": None},
                                 ("ref", "cand"))
-        ref_keys = self._keys(stats["ref"])
-        us = units(ref_keys)
-        lo, hi = -1, len(us)
+        us = units(self._keys(stats["ref"]))
         onset = self._nonfinite_onset(stats, us)
-        tested: dict[int, dict] = {}
-        if onset is not None:
-            hi = onset
-        while True:
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                tested[mid] = self._test(us[mid])
-                lo, hi = (lo, mid) if not tested[mid]["passed"] else (mid, hi)
-            if hi == len(us) or hi in tested:
-                break
-            tested[hi] = self._test(us[hi])  # the non-finite bound, not yet compared
-            if not tested[hi]["passed"]:
-                break
-            lo, hi = hi, len(us)
-        return self._answer(us, hi, tested.get(hi), onset)
+        self.tested: dict[int, dict] = {}
+        hi = self._search(us, -1, len(us) if onset is None else onset)
+        if hi < len(us) and hi not in self.tested and self._test_at(us, hi)["passed"]:
+            hi = self._search(us, hi, len(us))  # the non-finite bound compared within tolerance
+        return self._answer(us, hi, self.tested.get(hi), onset)
+
+    def _search(self, us: list[dict], lo: int, hi: int) -> int:
+        """The first diverged unit in (lo, hi]; ``hi`` is assumed diverged (or past the end)."""
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if self._test_at(us, mid)["passed"] else (lo, mid)
+        return hi
+
+    def _test_at(self, us: list[dict], i: int) -> dict:
+        self.tested[i] = self._test(us[i])
+        return self.tested[i]
 
     def _answer(self, us, hi, v, onset) -> dict:
         per_side = sum(1 for r in self.runner.state.runs if r["key"].startswith("cand:"))
