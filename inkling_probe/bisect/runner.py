@@ -88,6 +88,7 @@ class Runner:
             raise BudgetSpent(f"--max-runs {self.max_runs} spent ({len(self.state.runs)} runs, kept in "
                               f"{self.state.workdir}); run the same command with a larger --max-runs to continue")
         n = len(self.state.runs) + 1
+        self.seen.add(f"run:{key}")
         folder = self.state.workdir / "pending" / f"{n:03d}-{_safe(label)}"
         shutil.rmtree(folder, ignore_errors=True)  # left by a run that was killed
         folder.mkdir(parents=True)

@@ -116,3 +116,18 @@ def test_model_toggles_are_listed():
     for name in ("cuda_graph", "INKLING_CUDA_GRAPH", "allreduce", "INKLING_ALLREDUCE", "nvfp4_experts",
                  "fault_raw_input_amax", "INKLING_FAULT_RAW_INPUT_AMAX"):
         assert name in r.output
+
+
+def test_progress_reports_each_run_once(tmp_path, monkeypatch):
+    from inkling_probe.bisect.flags import bisect_flags
+    from inkling_probe.bisect.oracle import ExitOracle
+    from inkling_probe.bisect.runner import Command, Runner
+    from inkling_probe.bisect.state import State
+    from inkling_probe.bisect.toggles import parse_flag
+
+    args = _setup(tmp_path, monkeypatch)
+    events = []
+    runner = Runner(State(tmp_path / "w", "flags", {}), progress=lambda e, i: events.append((e, i.get("n"))))
+    bisect_flags(runner, ExitOracle(), Command(args[3]), [parse_flag(f) for f in FLAGS[1::2]])
+    assert not [e for e in events if e[0] == "cached"]  # repeats in one session are not reported
+    assert len([e for e in events if e[0] == "done"]) == len(runner.state.runs)
