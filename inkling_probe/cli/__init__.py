@@ -23,6 +23,7 @@ BUILTIN = {
     "graphdiff": "inkling_probe.cli.graphdiff:command",
     "report": "inkling_probe.cli.report:command",
     "extract": "inkling_probe.cli.extract:command",
+    "bisect": "inkling_probe.cli.bisect:command",
 }
 ENTRY_POINT_GROUP = "inkling_probe.commands"
 
