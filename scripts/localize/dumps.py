@@ -6,7 +6,10 @@ from collections import defaultdict
 
 
 class Dumps:
-    """Paths of runs' dumps; :meth:`ensure` records the missing ones, family by family."""
+    """Paths of runs' dumps; :meth:`ensure` records the missing ones, family by family.
+
+    A family's ``record_many(items)`` returns ``{run: error}`` for runs it could not record.
+    """
 
     def __init__(self, root: str, families: dict, progress=None):
         self.root = root
@@ -25,7 +28,7 @@ class Dumps:
         for family, items in todo.items():
             self.progress(f"recording {len(items)} {family} runs")
             try:
-                self.families[family].record_many(items)
+                self.failed.update(self.families[family].record_many(items) or {})
             except Exception as e:  # one broken family must not hide the others' results
                 for run, _ in items:
                     if not os.path.isdir(self.path(run)):

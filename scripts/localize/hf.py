@@ -110,7 +110,13 @@ def record(family: Family, run: Run, dump: str) -> None:
             model(input_ids=ids, use_cache=False)
 
 
-def record_all(family: Family, items) -> None:
-    """Record every ``(run, dump)`` pair of ``items`` in this process."""
+def record_all(family: Family, items) -> dict:
+    """Record every ``(run, dump)`` pair of ``items`` in this process; returns {run: error} of
+    the runs that raised (the others are recorded)."""
+    failed = {}
     for run, dump in items:
-        record(family, run, dump)
+        try:
+            record(family, run, dump)
+        except Exception as e:  # a broken case must not hide the others
+            failed[run] = f"{type(e).__name__}: {e}"
+    return failed

@@ -127,7 +127,7 @@ def cases():
     return [fault_case(FAMILY, m) for m in MODS] + benign_set(NAME)
 
 
-def record_many(items) -> None:
+def record_many(items) -> dict:
     from localize.hf import record_all
 
-    record_all(FAMILY, items)
+    return record_all(FAMILY, items)

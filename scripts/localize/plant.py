@@ -83,13 +83,13 @@ def during(path: str, patches):
 
 
 def kwarg(path: str, name: str, fn):
-    """``path``'s forward receives ``fn(value, kwargs)`` for keyword ``name`` (hooks see the true one)."""
+    """``path``'s forward receives ``fn(value, args, kwargs)`` for keyword ``name`` (hooks see the true one)."""
     def plant(model):
         module = model.get_submodule(path)
         inner = module.forward
 
         def forward(*args, **kwargs):
-            kwargs[name] = fn(kwargs.get(name), kwargs)
+            kwargs[name] = fn(kwargs.get(name), args, kwargs)
             return inner(*args, **kwargs)
         module.forward = forward
     return plant
@@ -145,9 +145,9 @@ def heads_reversed(w: torch.Tensor, heads: int) -> torch.Tensor:
     return w.view(heads, -1, *w.shape[1:]).flip(0).reshape(w.shape)
 
 
-def mask_off_by_one(mask, kwargs):
+def mask_off_by_one(mask, args, kwargs):
     """An additive causal mask that lets token t see token t + 1 (for :func:`kwarg`)."""
-    h = kwargs["hidden_states"]
+    h = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
     q_len = k_len = h.shape[1]
     dtype, device = h.dtype, h.device
     allowed = torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(1)
