@@ -57,7 +57,7 @@ MODS = [
         note="per-head interleaved qkv rows taken as concatenated [Q; K; V]"),
     Mod("qkv_bias_layout", plant.param(f"{L}.2.attention.query_key_value", _qkv_concat_as_per_head, "bias"),
         (f"{L}.2.attention.query_key_value",), ("permut", "layout", "chunk", "offset"),
-        note="the weight re-laid-out right, its bias not: only the bias rows are permuted"),
+        note="the weight re-laid-out right, its bias not: only the bias rows are permuted", quick=True),
     Mod("rotary_full", lambda m: None, ("gpt_neox.rotary_emb.0", "gpt_neox.rotary_emb.1"), ("shape",) + OPAQUE,
         config={"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0}},
         note="rotary applied to the whole head where the config says 25%"),
@@ -85,7 +85,7 @@ FAMILY = Family(NAME, make_config, GPTNeoXForCausalLM, {m.name: m for m in MODS}
 
 
 def cases():
-    return [fault_case(FAMILY, m) for m in MODS] + benign_set(NAME)
+    return [fault_case(FAMILY, m) for m in MODS] + benign_set(NAME, quick=("threads_2",))
 
 
 def record_many(items) -> dict:

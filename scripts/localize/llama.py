@@ -82,7 +82,7 @@ MODS = [
         note="v_proj divided by 6*448 (a raw amax taken as a scale)"),
     Mod("gate_up_swapped", plant.swap(f"{L}.1.mlp.gate_proj.weight", f"{L}.1.mlp.up_proj.weight"),
         (f"{L}.1.mlp.gate_proj",), ("equal", "swap", "cross"),
-        note="gate and up projections loaded into each other's place", quick=True),
+        note="gate and up projections loaded into each other's place"),
     Mod("k_heads_reversed", plant.param(f"{L}.2.self_attn.k_proj", lambda w: plant.heads_reversed(w, 2)),
         (f"{L}.2.self_attn.k_proj",), PERM, note="k_proj rows in reverse head order (a TP shard order bug)"),
     Mod("norm_not_loaded", plant.param(f"{L}.2.post_attention_layernorm", torch.ones_like),
@@ -96,7 +96,8 @@ MODS = [
         attn_core(1), OPAQUE, note="rotary applied to interleaved pairs instead of the two halves"),
     Mod("softmax_scale", plant.attr(f"{L}.2.self_attn", "scaling", 1 / 16), attn_core(2), OPAQUE,
         note="attention scaled by 1/head_dim instead of 1/sqrt(head_dim)"),
-    Mod("gqa_tiled", plant.during(f"{L}.1.self_attn", [(ml, "repeat_kv", _repeat_kv_tiled)]), attn_core(1), OPAQUE,
+    Mod("gqa_tiled", plant.during(f"{L}.1.self_attn", [(ml, "repeat_kv", _repeat_kv_tiled)]), attn_core(1),
+        ("head", "confined") + OPAQUE,
         note="kv heads repeated tiled (0,1,0,1) instead of interleaved (0,0,1,1)", quick=True),
     Mod("mask_off_by_one", plant.kwarg(f"{L}.2.self_attn", "attention_mask", plant.mask_off_by_one),
         attn_core(2), OPAQUE, note="causal mask lets each token see the next one"),
@@ -124,7 +125,7 @@ FAMILY = Family(NAME, make_config, LlamaForCausalLM, {m.name: m for m in MODS})
 
 
 def cases():
-    return [fault_case(FAMILY, m) for m in MODS] + benign_set(NAME)
+    return [fault_case(FAMILY, m) for m in MODS] + benign_set(NAME, quick=("bf16_vs_fp32", "sdpa_vs_eager", "batch4_row2"))
 
 
 def record_many(items) -> dict:

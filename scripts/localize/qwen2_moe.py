@@ -82,8 +82,7 @@ def _no_sigmoid(orig):
 
 MODS = [
     Mod("expert3_is_expert5", _expert_copied(f"{L}.1.mlp.experts", 3, 5), experts(1),
-        ("confined", "row", "expert"), note="expert 3 loaded with expert 5's weights (an expert-id map bug)",
-        quick=True),
+        ("confined", "row", "expert"), note="expert 3 loaded with expert 5's weights (an expert-id map bug)", quick=True),
     Mod("gate_up_interleaved", plant.param(f"{L}.2.mlp.experts", lambda w: plant.interleave_rows(w, 1), "gate_up_proj"),
         experts(2), ("permut", "layout") + OPAQUE,
         note="concatenated [gate; up] expert weights read as interleaved"),
@@ -92,8 +91,7 @@ MODS = [
     Mod("router_bias", plant.replace_forward(f"{L}.1.mlp.gate", _router(2, 1.0)), gate(1), ("offset", "bias", "channel"),
         note="a +1.0 bias on one expert's router logit"),
     Mod("router_bias_small", plant.replace_forward(f"{L}.2.mlp.gate", _router(6, 0.1)), gate(2),
-        ("offset", "bias", "channel"), note="a +0.1 router bias: small where born, flips near-tie tokens downstream",
-        quick=True),
+        ("offset", "bias", "channel"), note="a +0.1 router bias: small where born, flips near-tie tokens downstream", quick=True),
     Mod("topk_1", plant.attr(f"{L}.2.mlp.gate", "top_k", 1), gate(2), ("shape",) + OPAQUE,
         note="top-1 routing where the config says top-2"),
     Mod("norm_topk_prob", plant.attr(f"{L}.1.mlp.gate", "norm_topk_prob", True), gate(1), ("row", "ratio"),
@@ -105,7 +103,7 @@ MODS = [
     Mod("experts_scale_1.03", plant.scale(f"{L}.1.mlp.experts", 1.03, "down_proj"), (f"{L}.1.mlp.experts",),
         ("ratio",), note="a 3% scale on every routed expert"),
     Mod("expert_rows_3_11", plant.output(f"{L}.1.mlp.experts", lambda t: plant.rows(t, (3, 11), 1.25, 0)),
-        (f"{L}.1.mlp.experts",), ("row", "confined"), note="two tokens' routed outputs scaled by 1.25"),
+        (f"{L}.1.mlp.experts",), ("row", "confined"), note="two tokens' routed outputs scaled by 1.25", quick=True),
     Mod("nan_expert", plant.output(f"{L}.2.mlp.experts", lambda t: plant.nan_at(t, (7, 5))), (f"{L}.2.mlp.experts",),
         ("nonfinite", "nan"), note="one NaN out of the expert kernel"),
     Mod("shared_gate_missing", plant.during(f"{L}.1.mlp", [(F, "sigmoid", _no_sigmoid)]), (f"{L}.1.mlp",), OPAQUE,
@@ -124,7 +122,8 @@ BENIGN = [
 
 def cases():
     return ([fault_case(FAMILY, m) for m in MODS if m.truth]
-            + benign_set(NAME, BENIGN, prompts=(0, 1, 2)))
+            + benign_set(NAME, BENIGN, prompts=(0, 1, 2),
+                         quick=("bf16_vs_fp32_p1", "topk_unsorted", "experts_batched_mm", "experts_grouped_mm")))
 
 
 def record_many(items) -> dict:

@@ -35,8 +35,9 @@ def benign_case(family: str, name: str, settings: dict, note: str, prompt: int =
     return Case(f"{family}/{name}", "benign", trios, note=note, quick=quick)
 
 
-def benign_set(family: str, extra=(), prompts=(0,)) -> list[Case]:
-    """The benign pairs every transformers family has, plus ``extra`` (name, settings, note)."""
+def benign_set(family: str, extra=(), prompts=(0,), quick=()) -> list[Case]:
+    """The benign pairs every transformers family has, plus ``extra`` (name, settings, note);
+    case names in ``quick`` (with their prompt suffix) join the --quick subset."""
     common = [
         ("bf16_vs_fp32", {"dtype": "bf16"}, "bf16 run of the fp32 reference's weights"),
         ("threads_2", {"threads": 2}, "torch threads 1 vs 2"),
@@ -47,8 +48,8 @@ def benign_set(family: str, extra=(), prompts=(0,)) -> list[Case]:
          "the prompt as row 0 of a batch of 4, whole batch recorded ([4, T, ...] vs [1, T, ...])"),
     ]
     out = []
-    for i, (name, settings, note) in enumerate(list(common) + list(extra)):
+    for name, settings, note in list(common) + list(extra):
         for p in prompts if name == "bf16_vs_fp32" else (0,):
-            suffix = f"_p{p}" if p else ""
-            out.append(benign_case(family, name + suffix, settings, note, p, quick=(i < 3 and not p)))
+            full = name + (f"_p{p}" if p else "")
+            out.append(benign_case(family, full, settings, note, p, quick=full in quick))
     return out

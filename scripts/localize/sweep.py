@@ -10,7 +10,7 @@ from localize.hf import Mod
 from localize.regimes import fault_case
 
 FACTORS = (1.001, 1.002, 1.005, 1.01, 1.02, 1.03, 1.05, 1.10)
-QUICK_FACTORS = (1.01, 1.03, 1.10)
+QUICK_FACTORS = (1.01, 1.03)
 TARGETS = {  # family -> (module path, parameter, truth key)
     "llama": ("model.layers.2.mlp.down_proj", "weight", "model.layers.2.mlp.down_proj"),
     "qwen2_moe": ("model.layers.2.mlp.experts", "down_proj", "model.layers.2.mlp.experts"),
