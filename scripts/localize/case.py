@@ -53,6 +53,7 @@ class Case:
     kind: str  # "fault" | "benign"
     regimes: dict = field(hash=False)  # regime name -> Trio
     truth: tuple = ()  # acceptable culprit keys (exact); empty for a benign pair
+    step: int | None = None  # the step the culprit must name (decode cases); None: any
     explain: tuple = ()  # substrings: a culprit finding whose hypothesis contains one matches the fault
     note: str = ""  # the real bug (or benign difference) this case models
     quick: bool = False  # part of the --quick subset

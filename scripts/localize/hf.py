@@ -30,6 +30,7 @@ class Mod:
     explain: tuple = ()
     config: dict = field(default_factory=dict, hash=False)  # config overrides for this run
     regimes: tuple = ("fp32", "bf16+ctl")
+    step: int | None = None  # the step where the fault is born, when the runs have several
     note: str = ""
     quick: bool = False
 
@@ -106,8 +107,20 @@ def record(family: Family, run: Run, dump: str) -> None:
         else:
             rec = inkling_probe.record(model, dump, token_dim=1, writer="inline")
         with torch.no_grad(), rec:
-            inkling_probe.step()
-            model(input_ids=ids, use_cache=False)
+            _forward(model, ids, run.setting("decode", 0))
+
+
+def _forward(model, ids: torch.Tensor, decode: int) -> None:
+    """A prefill (step 0), then ``decode`` teacher-forced decode steps through the KV cache: the
+    decode tokens are fixed (a later prompt's ids), so a fault cannot change what is fed."""
+    import inkling_probe
+
+    inkling_probe.step()
+    out = model(input_ids=ids, use_cache=bool(decode))
+    follow = prompt_ids(model.config.vocab_size, 50)[:, :decode].expand(ids.shape[0], -1)
+    for i in range(decode):
+        inkling_probe.step()
+        out = model(input_ids=follow[:, i:i + 1], cache=out.cache, use_cache=True)
 
 
 def record_all(family: Family, items) -> dict:

@@ -14,9 +14,13 @@ class Result:
     kind: str
     regime: str
     truth: tuple
+    note: str = ""
+    step: int | None = None  # the step the culprit must name, when the case says  # the bug or benign difference the case models
     culprit: str | None = None
+    culprit_step: int | None = None
     culprits: list = field(default_factory=list)
     first: str | None = None
+    first_step: int | None = None
     diverged: bool = False
     findings: list = field(default_factory=list)  # hypotheses reported for the culprit
     explain_ok: bool | None = None  # None: no culprit right, or nothing expected
@@ -41,14 +45,10 @@ def _finite(x) -> float:
     return x if x is not None and math.isfinite(x) else (math.inf if x else 0.0)
 
 
-def _truth_rows(rep, truth):
-    return [r for r in rep.rows if r.key in truth]
-
-
-def _structure(res: Result, rep, truth) -> None:
+def _structure(res: Result, rep, truth, step) -> None:
     """Where the truth sits among compare's rows: first divergence? largest error? largest jump?"""
     rows = [r for r in rep.rows if r.error is not None]
-    trows = _truth_rows(rep, truth)
+    trows = [r for r in rep.rows if r.key in truth and (step is None or r.step == step)]
     if not trows or not rows:
         return
     res.truth_score = max(r.score for r in trows)
@@ -63,11 +63,12 @@ def _structure(res: Result, rep, truth) -> None:
 
 
 def judge(case, regime: str, rep) -> Result:
-    res = Result(case.name, case.family, case.kind, regime, case.truth)
+    res = Result(case.name, case.family, case.kind, regime, case.truth, case.note, case.step)
     culprits = _culprits(rep)
     res.culprits = [c.key for c in culprits]
     res.culprit = res.culprits[0] if culprits else None
     res.first = rep.first_divergence.key if rep.first_divergence else None
+    res.first_step = rep.first_divergence.step if rep.first_divergence else None
     res.diverged = bool(rep.diverged)
     if case.kind == "benign":
         res.ok = not res.diverged and not culprits
@@ -75,8 +76,9 @@ def judge(case, regime: str, rep) -> Result:
             w = max(rep.rows, key=lambda r: _finite(r.score))
             res.worst = f"{w.key} {w.score:.2f}"
         return res
-    res.ok = res.culprit in case.truth
-    _structure(res, rep, case.truth)
+    res.ok = res.culprit in case.truth and (case.step is None or culprits[0].step == case.step)
+    res.culprit_step = culprits[0].step if culprits else None
+    _structure(res, rep, case.truth, case.step)
     if culprits:
         top = culprits[0]
         res.findings = [f["hypothesis"] for f in rep.findings(top.key, top.step)]
@@ -92,10 +94,12 @@ def run_case(case, regime: str, dumps) -> Result:
     trio = case.regimes[regime]
     missing = [dumps.failed[r] for r in (trio.ref, trio.cand, trio.control) if r in dumps.failed]
     if missing:
-        return Result(case.name, case.family, case.kind, regime, case.truth, error=f"record: {missing[0]}")
+        return Result(case.name, case.family, case.kind, regime, case.truth, case.note,
+                      error=f"record: {missing[0]}")
     ctl = dumps.path(trio.control) if trio.control else None
     try:
         rep = compare(dumps.path(trio.ref), dumps.path(trio.cand), control=ctl)
     except Exception as e:
-        return Result(case.name, case.family, case.kind, regime, case.truth, error=f"{type(e).__name__}: {e}")
+        return Result(case.name, case.family, case.kind, regime, case.truth, case.note,
+                      error=f"{type(e).__name__}: {e}")
     return judge(case, regime, rep)

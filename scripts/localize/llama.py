@@ -16,6 +16,7 @@ from localize.hf import Family, Mod
 from localize.regimes import benign_set, fault_case
 
 NAME = "llama"
+DECODE = 4  # decode steps of the decode cases
 L = "model.layers"
 RATIO, CHANNEL, OFFSET, PERM = ("ratio",), ("channel", "ratio"), ("offset", "bias"), ("permut", "layout")
 ROWS, ROUND, NAN, OPAQUE = ("row", "confined"), ("round",), ("nonfinite", "nan"), ("input", "weight", "kernel")
@@ -117,6 +118,9 @@ MODS = [
         note="embeddings multiplied by sqrt(hidden) (a normalizer from another architecture)"),
     Mod("lm_head_tied", _tie_lm_head, ("lm_head",), OPAQUE,
         note="lm_head tied to the embeddings in an untied checkpoint"),
+    Mod("decode_only_scale", plant.from_call(f"{L}.2.self_attn.o_proj", 2, lambda t: t * 1.05),
+        (f"{L}.2.self_attn.o_proj",), RATIO, step=2, note="from decode step 2 on, o_proj's output x1.05 (a kernel only the decode path "
+        "runs): the culprit is (o_proj, step 2), not a later step"),
     Mod("scale_q_1.02_l0", plant.scale(f"{L}.0.self_attn.q_proj", 1.02), (f"{L}.0.self_attn.q_proj",), RATIO,
         note="a 2% scale on layer 0's q_proj: small where born, through softmax downstream"),
 ]
@@ -125,7 +129,10 @@ FAMILY = Family(NAME, make_config, LlamaForCausalLM, {m.name: m for m in MODS})
 
 
 def cases():
-    return [fault_case(FAMILY, m) for m in MODS] + benign_set(NAME, quick=("bf16_vs_fp32", "sdpa_vs_eager", "batch4_row2"))
+    decode = [fault_case(FAMILY, m, decode=DECODE) for m in MODS if m.name.startswith("decode_")]
+    return [fault_case(FAMILY, m) for m in MODS if not m.name.startswith("decode_")] + decode + benign_set(
+        NAME, [("decode_threads_2", {"threads": 2, "decode": DECODE}, "prefill + 4 decode steps, threads 1 vs 2")],
+        quick=("bf16_vs_fp32", "sdpa_vs_eager", "batch4_row2"))
 
 
 def record_many(items) -> dict:

@@ -59,6 +59,19 @@ def output(path: str, fn, item=None):
     return plant
 
 
+def from_call(path: str, first: int, fn):
+    """A module whose output goes through ``fn`` from its ``first``-th call on (0-based): a kernel
+    that only the decode path (or a captured graph) runs."""
+    def plant(model):
+        calls = [0]
+
+        def hook(module, args, out):
+            calls[0] += 1
+            return fn(out) if calls[0] > first else out
+        model.get_submodule(path).register_forward_hook(hook)
+    return plant
+
+
 def during(path: str, patches):
     """While ``path`` runs its forward, ``namespace.attribute`` is ``factory(original)``, for each
     ``(namespace, attribute, factory)`` in ``patches``.

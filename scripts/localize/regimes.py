@@ -15,12 +15,14 @@ def twin(family: str, prompt: int = 0) -> Run:
     return Run(family, "bf16", prompt=prompt).with_(attn="sdpa", threads=2)
 
 
-def fault_case(family, mod) -> Case:
-    base = Run(family.name)
-    trios = {"fp32": Trio(base, Run(family.name, fault=mod.name)),
-             "bf16+ctl": Trio(base, Run(family.name, "bf16", fault=mod.name), twin(family.name))}
-    return Case(f"{family.name}/{mod.name}", "fault", {r: trios[r] for r in mod.regimes},
-                truth=mod.truth, explain=mod.explain, note=mod.note, quick=mod.quick)
+def fault_case(family, mod, decode: int = 0) -> Case:
+    """The fault ``mod`` in both regimes; ``decode`` > 0 adds that many decode steps to every run."""
+    more = {"decode": decode} if decode else {}
+    base = Run(family.name).with_(**more)
+    trios = {"fp32": Trio(base, base.with_(fault=mod.name)),
+             "bf16+ctl": Trio(base, base.with_(dtype="bf16", fault=mod.name), twin(family.name).with_(**more))}
+    return Case(f"{family.name}/{mod.name}", "fault", {r: trios[r] for r in mod.regimes}, truth=mod.truth,
+                step=mod.step, explain=mod.explain, note=mod.note, quick=mod.quick)
 
 
 def benign_case(family: str, name: str, settings: dict, note: str, prompt: int = 0, quick=False) -> Case:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-COLUMNS = ("case", "regime", "truth", "culprit", "first divergence", "explain", "verdict")
+COLUMNS = ("case", "regime", "truth", "culprit", "first divergence", "c/ctl", "explain", "verdict")
 
 
 def short(key) -> str:
@@ -14,7 +14,22 @@ def short(key) -> str:
 
 
 def _truth(r) -> str:
-    return " | ".join(short(k) for k in r.truth) if r.truth else "(benign)"
+    if not r.truth:
+        return "(benign)"
+    return " | ".join(short(k) for k in r.truth) + (f" @step {r.step}" if r.step is not None else "")
+
+
+def _culprit(r) -> str:
+    return short(r.culprit) + (f" @step {r.culprit_step}" if r.step is not None and r.culprit else "")
+
+
+def _first(r) -> str:
+    return short(r.first) + (f" @step {r.first_step}" if r.step is not None and r.first else "")
+
+
+def _ratio(r) -> str:
+    """Candidate error / control error at the truth key: how far the fault stands above the noise."""
+    return f"{r.truth_ratio:.1f}" if r.truth_ratio is not None else "-"
 
 
 def _explain(r) -> str:
@@ -34,7 +49,7 @@ def _verdict(r) -> str:
 
 
 def rows(results) -> list[tuple]:
-    return [(r.case, r.regime, _truth(r), short(r.culprit), short(r.first), _explain(r), _verdict(r))
+    return [(r.case, r.regime, _truth(r), _culprit(r), _first(r), _ratio(r), _explain(r), _verdict(r))
             for r in results]
 
 
