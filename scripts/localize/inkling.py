@@ -60,7 +60,8 @@ def _issue_case() -> Case:
 def _tp_pair(prompt: int) -> Case:
     regimes = {"fp32": Trio(run("fp32", prompt=prompt), run("fp32", tp=2, prompt=prompt)),
                "bf16": Trio(run("bf16", prompt=prompt), run("bf16", tp=2, prompt=prompt)),
-               "bf16+ctl": Trio(hf("fp32", prompt=prompt), run("bf16", tp=2, prompt=prompt), run("bf16", prompt=prompt))}
+               "bf16+ctl": Trio(hf("fp32", prompt=prompt), run("bf16", tp=2, prompt=prompt),
+                                run("bf16", prompt=prompt))}
     return Case(f"{NAME}/tp2_vs_tp1_p{prompt}", "benign", regimes, note="TP=2 vs TP=1, no fault",
                 quick=prompt in (0, 2))
 

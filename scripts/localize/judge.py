@@ -14,8 +14,8 @@ class Result:
     kind: str
     regime: str
     truth: tuple
-    note: str = ""
-    step: int | None = None  # the step the culprit must name, when the case says  # the bug or benign difference the case models
+    note: str = ""  # the bug or benign difference the case models
+    step: int | None = None  # the step the culprit must name, when the case says
     culprit: str | None = None
     culprit_step: int | None = None
     culprits: list = field(default_factory=list)
@@ -24,7 +24,7 @@ class Result:
     diverged: bool = False
     findings: list = field(default_factory=list)  # hypotheses reported for the culprit
     explain_ok: bool | None = None  # None: no culprit right, or nothing expected
-    ok: bool = False  # fault: top-1 culprit in truth; benign: nothing flagged
+    ok: bool = False  # fault: top-1 culprit in truth (at its step); benign: nothing flagged
     truth_score: float | None = None  # max score over the truth keys' rows (> 1: diverged)
     truth_ratio: float | None = None  # candidate error / control error at the truth key (with a control)
     truth_is_first: bool | None = None
