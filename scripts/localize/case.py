@@ -6,7 +6,7 @@ candidate, optional control) and, for a planted fault, the keys where the error 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,7 @@ class Case:
     name: str  # "<family>/<case>"
     kind: str  # "fault" | "benign"
     regimes: dict = field(hash=False)  # regime name -> Trio
+    _: KW_ONLY  # the rest by name: a new field cannot shift positional arguments
     truth: tuple = ()  # acceptable culprit keys (exact); empty for a benign pair
     step: int | None = None  # the step the culprit must name (decode cases); None: any
     explain: tuple = ()  # substrings: a culprit finding whose hypothesis contains one matches the fault

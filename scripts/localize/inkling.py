@@ -44,7 +44,7 @@ def _fault(fault: str, tp: int, quick=False) -> Case:
     else:
         regimes = {"fp32": Trio(hf("fp32"), run("fp32", fault, tp=tp)),
                    "bf16+ctl": Trio(hf("fp32"), run("bf16", fault, tp=tp), run("bf16", tp=other))}
-    return Case(f"{NAME}/{fault}_tp{tp}", "fault", regimes, _truth(fault), EXPLAIN[fault],
+    return Case(f"{NAME}/{fault}_tp{tp}", "fault", regimes, truth=_truth(fault), explain=EXPLAIN[fault],
                 note=f"model/faults.py {fault} at TP={tp}", quick=quick)
 
 
@@ -53,8 +53,8 @@ def _issue_case() -> Case:
     kw = dict(seed=11, prompt=ISSUE_PROMPT)
     trio = Trio(hf("fp32", **kw), run("fp32", "raw_input_amax", tp=2, ckpt="nvfp4", **kw),
                 run("fp32", tp=1, ckpt="nvfp4", **kw))
-    return Case(f"{NAME}/raw_input_amax_seed11_issue", "fault", {"fp32+ctl": trio}, _truth("raw_input_amax"),
-                EXPLAIN["raw_input_amax"], note="issue 8's demo hunt (culprit moved to layers.4.mlp.topk_w)")
+    return Case(f"{NAME}/raw_input_amax_seed11_issue", "fault", {"fp32+ctl": trio},
+                truth=_truth("raw_input_amax"), explain=EXPLAIN["raw_input_amax"], note="issue 8's demo hunt (culprit moved to layers.4.mlp.topk_w)")
 
 
 def _tp_pair(prompt: int) -> Case:
