@@ -15,7 +15,7 @@ from localize.regimes import benign_set, fault_case
 
 NAME = "gpt_neox"
 L = "gpt_neox.layers"
-RATIO, CHANNEL, OFFSET = ("ratio",), ("channel", "ratio"), ("offset", "bias")
+RATIO, CHANNEL, OFFSET = ("ratio",), ("channel",), ("offset", "bias")
 OPAQUE = ("input", "weight", "kernel")
 
 

@@ -18,7 +18,7 @@ from localize.regimes import benign_set, fault_case
 NAME = "llama"
 DECODE = 4  # decode steps of the decode cases
 L = "model.layers"
-RATIO, CHANNEL, OFFSET, PERM = ("ratio",), ("channel", "ratio"), ("offset", "bias"), ("permut", "layout")
+RATIO, CHANNEL, OFFSET, PERM = ("ratio",), ("channel",), ("offset", "bias"), ("permut", "layout")
 ROWS, ROUND, NAN, OPAQUE = ("row", "confined"), ("round",), ("nonfinite", "nan"), ("input", "weight", "kernel")
 
 
@@ -119,9 +119,13 @@ MODS = [
     Mod("lm_head_tied", _tie_lm_head, ("lm_head",), OPAQUE,
         note="lm_head tied to the embeddings in an untied checkpoint"),
     Mod("decode_only_scale", plant.from_call(f"{L}.2.self_attn.o_proj", 2, lambda t: t * 1.05),
-        (f"{L}.2.self_attn.o_proj",), RATIO, step=2, quick=True,
+        (f"{L}.2.self_attn.o_proj",), RATIO, step=2,
         note="from decode step 2 on, o_proj's output x1.05 (a kernel only the decode path runs): "
-             "the culprit is (o_proj, step 2), not a later step"),
+             "the same error at steps 2-4; the culprit is (o_proj, step 2), not a later step"),
+    Mod("decode_drift", plant.drifting(f"{L}.2.self_attn.o_proj", 2, 0.02),
+        (f"{L}.2.self_attn.o_proj",), RATIO, step=2, quick=True,
+        note="from decode step 2 on, o_proj's output x1.02, x1.04, x1.06 (a per-step state that drifts): "
+             "born at step 2, largest at step 4"),
     Mod("scale_q_1.02_l0", plant.scale(f"{L}.0.self_attn.q_proj", 1.02), (f"{L}.0.self_attn.q_proj",), RATIO,
         note="a 2% scale on layer 0's q_proj: small where born, through softmax downstream"),
 ]

@@ -72,6 +72,20 @@ def from_call(path: str, first: int, fn):
     return plant
 
 
+def drifting(path: str, first: int, step: float):
+    """From the ``first``-th call on, the output is scaled by ``1 + step * k`` at the k-th faulty
+    call (k = 1, 2, ...): a per-step state (a running scale, a cache offset) that drifts."""
+    def plant(model):
+        calls = [0]
+
+        def hook(module, args, out):
+            calls[0] += 1
+            k = calls[0] - first
+            return out * (1 + step * k) if k > 0 else out
+        model.get_submodule(path).register_forward_hook(hook)
+    return plant
+
+
 def during(path: str, patches):
     """While ``path`` runs its forward, ``namespace.attribute`` is ``factory(original)``, for each
     ``(namespace, attribute, factory)`` in ``patches``.

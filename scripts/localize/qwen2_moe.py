@@ -98,7 +98,7 @@ MODS = [
         note="a +0.1 router bias: small where born, flips near-tie tokens downstream"),
     Mod("topk_1", plant.attr(f"{L}.2.mlp.gate", "top_k", 1), gate(2), ("shape",) + OPAQUE,
         note="top-1 routing where the config says top-2"),
-    Mod("norm_topk_prob", plant.attr(f"{L}.1.mlp.gate", "norm_topk_prob", True), gate(1), ("row", "ratio"),
+    Mod("norm_topk_prob", plant.attr(f"{L}.1.mlp.gate", "norm_topk_prob", True), gate(1), ("row",),
         note="top-k weights renormalised where the checkpoint does not"),
     Mod("router_softmax_bf16", plant.replace_forward(f"{L}.1.mlp.gate", _router(softmax_dtype=torch.bfloat16)),
         gate(1), ("round", "dtype"), note="router softmax computed in bf16 instead of fp32"),

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 SCRIPTS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "scripts")
 
 FAULTS = [
-    "llama/scale_down_1.03", "llama/norm_not_loaded", "llama/gqa_tiled", "llama/decode_only_scale",
+    "llama/scale_down_1.03", "llama/norm_not_loaded", "llama/gqa_tiled", "llama/decode_drift",
     "qwen2_moe/expert3_is_expert5", "qwen2_moe/router_bias_small", "qwen2_moe/expert_rows_3_11",
     "gpt_neox/dense_bias_dropped", "gpt_neox/qkv_bias_layout", "gpt_neox/mask_off_by_one",
     "inkling/gate_up_layout_tp1", "inkling/renorm_rows_tp1",
@@ -36,9 +36,9 @@ ROUTING = "a benign near-tie routing flip counts as a changed decision"
 CALLS = "per-expert calls of experts.act_fn compared by index though the call structure differs"
 WRONG_TOP1 = {  # (case, regime) -> the rule that misleads compare today
     ("llama/scale_down_1.03", "bf16+ctl"): CTL,
-    ("llama/decode_only_scale", "fp32"): "the culprit is the same key's larger jump at a later decode step, "
+    ("llama/decode_drift", "fp32"): "the culprit is the same key's larger jump at a later decode step, "
                                          "not the earliest step that shows the error",
-    ("llama/decode_only_scale", "bf16+ctl"): CTL,
+    ("llama/decode_drift", "bf16+ctl"): CTL,
     ("qwen2_moe/expert_rows_3_11", "bf16+ctl"): "rows diluted in the tensor-wide error; the routing flip "
                                                 "they cause downstream is named",
     ("gpt_neox/qkv_bias_layout", "bf16+ctl"): "largest jump picks attention's core (dense.in.0) over the "
