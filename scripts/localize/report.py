@@ -16,7 +16,17 @@ def short(key) -> str:
 def _truth(r) -> str:
     if not r.truth:
         return "(benign)"
-    return " | ".join(short(k) for k in r.truth) + (f" @step {r.step}" if r.step is not None else "")
+    return " | ".join(_compact([short(k) for k in r.truth])) + (f" @step {r.step}" if r.step is not None else "")
+
+
+def _compact(keys: list) -> list:
+    """Sibling keys folded: ``a.gate.0 | a.gate.1`` -> ``a.gate.{0,1}``."""
+    groups: dict = {}
+    for k in keys:
+        head, _, tail = k.rpartition(".")
+        groups.setdefault(head, []).append(tail)
+    return [f"{h}.{{{','.join(t)}}}" if len(t) > 1 and h else (f"{h}.{t[0]}" if h else t[0])
+            for h, t in groups.items()]
 
 
 def _culprit(r) -> str:

@@ -104,7 +104,9 @@ def test_the_lists_here_are_the_corpus_quick_subset(corpus):
 @pytest.mark.parametrize("case,regime", _params(_pairs(FAULTS), WRONG_TOP1))
 def test_planted_fault_is_named_top1(corpus, case, regime):
     r = corpus[0][(case, regime)]
-    assert r.culprit in r.truth, f"culprit {r.culprit}, first divergence {r.first}, truth {r.truth}"
+    assert r.ok, (f"culprit {r.culprit} (step {r.culprit_step}), first divergence {r.first} (step {r.first_step}), "
+                  f"truth {r.truth}" + (f" at step {r.step}" if r.step is not None else ""))
+    assert r.culprit in r.truth  # the same verdict, spelled out
 
 
 @pytest.mark.parametrize("case,regime", _params(_pairs(BENIGN), WRONG_TOP1))
