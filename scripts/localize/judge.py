@@ -97,9 +97,16 @@ def run_case(case, regime: str, dumps) -> Result:
         return Result(case.name, case.family, case.kind, regime, case.truth, case.note,
                       error=f"record: {missing[0]}")
     ctl = dumps.path(trio.control) if trio.control else None
-    try:
-        rep = compare(dumps.path(trio.ref), dumps.path(trio.cand), control=ctl)
+    try:  # a whole batch recorded: the user names the row holding the reference's prompt
+        rep = compare(dumps.path(trio.ref), dumps.path(trio.cand), control=ctl,
+                      ref_row=_batch_row(trio.ref), cand_row=_batch_row(trio.cand))
     except Exception as e:
         return Result(case.name, case.family, case.kind, regime, case.truth, case.note,
                       error=f"{type(e).__name__}: {e}")
     return judge(case, regime, rep)
+
+
+def _batch_row(run) -> int | None:
+    """The row to compare of a run that recorded a whole batch (None: one prompt recorded)."""
+    v = dict(run.variant)
+    return v.get("row") if v.get("batch") and not v.get("slice") else None
