@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections import defaultdict
+import stat
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
 
 import h5py
@@ -22,6 +23,10 @@ class Segment:
     world_size: int
     complete_through_step: int
     run: dict
+    run_id: str = ""  # "" in schema version 1
+
+
+MAX_OPEN_FILES = 32  # segment files kept open at once (least recently used closed first)
 
 
 def open_dump(path) -> "Dump":
@@ -49,14 +54,15 @@ class Dump:
             seg, seg_rows = _read_segment(f)
             self.segments.append(seg)
             rows.extend({**r, "_segment": len(self.segments) - 1} for r in seg_rows)
-        self.world_size = max(s.world_size for s in self.segments)
+        self.world_size = _one_run(self.path, self.segments)
+        self.run_id = self.segments[0].run_id
         self.ranks = sorted({s.rank for s in self.segments})
         rows.sort(key=lambda r: (r["step"], r["seq"], r["rank"]))
         self._rows = rows
         self._by_key: dict[str, list[dict]] = defaultdict(list)
         for r in rows:
             self._by_key[r["key"]].append(r)
-        self._files: dict[int, h5py.File] = {}
+        self._files: OrderedDict[int, h5py.File] = OrderedDict()
         self._packs: dict[tuple, np.ndarray] = {}
 
     # -- listing ---------------------------------------------------------------------------
@@ -144,15 +150,27 @@ class Dump:
         if not row["dataset"]:
             raise DumpError(f"{self.path}: key {row['key']!r} step {row['step']} holds stats only "
                             "(recorded with INKLING_PROBE_MODE=stats or hash)")
-        f = self._file(row["_segment"])
-        try:
-            if row["offset"] >= 0:
-                array = self._pack(row["_segment"], row["dataset"])[row["offset"]: row["offset"] + row["numel"]]
-            else:
-                array = f[row["dataset"]][()]
-        except KeyError:
-            raise DumpError(f"{f.filename}: index names {row['dataset']!r} but the dataset is missing") from None
+        seg = row["_segment"]
+        if row["offset"] >= 0:
+            array = self._pack(seg, row["dataset"])[row["offset"]: row["offset"] + row["numel"]]
+            if array.size != row["numel"]:
+                raise DumpError(f"{self.segments[seg].path}: pack {row['dataset']!r} is shorter than its index says")
+        else:
+            array = self._read(seg, row["dataset"])
+        if array.size != row["numel"]:
+            raise DumpError(f"{self.segments[seg].path}: {row['dataset']!r} holds {array.size} values, "
+                            f"its index row {row['numel']}")
         return np.asarray(array)
+
+    def _read(self, segment: int, path: str) -> np.ndarray:
+        """One dataset's values; a missing, linked or externally stored dataset is a DumpError."""
+        f = self._file(segment)
+        try:
+            return safe_dataset(f, path)[()]
+        except DumpError:
+            raise
+        except Exception as e:  # h5py raises OSError, KeyError, ValueError... for damaged files
+            raise DumpError(f"{f.filename}: can't read {path!r} ({_first_line(e)})") from None
 
     def _pack(self, segment: int, path: str) -> np.ndarray:
         """A whole pack array, cached (packs hold small tensors only, so each is small)."""
@@ -160,12 +178,17 @@ class Dump:
         if cache_key not in self._packs:
             if len(self._packs) >= 64:
                 self._packs.pop(next(iter(self._packs)))
-            self._packs[cache_key] = self._file(segment)[path][()]
+            self._packs[cache_key] = self._read(segment, path).reshape(-1)
         return self._packs[cache_key]
 
     def _file(self, segment: int) -> h5py.File:
-        if segment not in self._files:
-            self._files[segment] = h5py.File(self.segments[segment].path, "r")
+        """The segment's open file; at most MAX_OPEN_FILES stay open (least recently used closed)."""
+        if segment in self._files:
+            self._files.move_to_end(segment)
+            return self._files[segment]
+        if len(self._files) >= MAX_OPEN_FILES:
+            self._files.popitem(last=False)[1].close()
+        self._files[segment] = _open_segment(self.segments[segment].path)
         return self._files[segment]
 
     def close(self) -> None:
@@ -196,13 +219,17 @@ def _round_to(total: np.ndarray, dtype_name: str, stored: np.dtype) -> np.ndarra
 
 
 def _segment_files(path: str) -> tuple[list[str], list[str]]:
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         raise DumpError(f"{path}: no such file or directory")
-    if os.path.isfile(path):
+    if not os.path.isdir(path):
+        _check_regular(path)
         return [path], []
     names = sorted(os.listdir(path))
-    files = [os.path.join(path, n) for n in names if schema.SEGMENT_RE.match(n)]
-    unfinished = [os.path.join(path, n) for n in names if n.endswith(".h5" + schema.TMP_SUFFIX)]
+    ours = [n for n in names if schema.parse_segment_name(n) or schema.LOCK_RE.match(n)]
+    for n in ours:
+        _check_regular(os.path.join(path, n))
+    files = [os.path.join(path, n) for n in ours if schema.SEGMENT_RE.match(n)]
+    unfinished = [os.path.join(path, n) for n in ours if n.endswith(".h5" + schema.TMP_SUFFIX)]
     if not files:
         hint = f" ({len(unfinished)} unfinished segment(s): the run died before its first step ended)" \
             if unfinished else ""
@@ -210,25 +237,90 @@ def _segment_files(path: str) -> tuple[list[str], list[str]]:
     return files, unfinished
 
 
-def _read_segment(path: str) -> tuple[Segment, list[dict]]:
+def _check_regular(path: str) -> None:
+    """Refuse links, FIFOs, devices...: opening a FIFO would hang, a link would lead elsewhere."""
+    mode = os.lstat(path).st_mode
+    if not stat.S_ISREG(mode):
+        kind = "a symbolic link" if stat.S_ISLNK(mode) else "a directory" if stat.S_ISDIR(mode) \
+            else "not a regular file"
+        raise DumpError(f"{path}: {kind}; a dump holds regular files only")
+
+
+def _one_run(path: str, segments: list[Segment]) -> int:
+    """The world size of the one run ``segments`` belong to; a folder mixing runs is refused."""
+    runs = sorted({(s.run_id, s.world_size) for s in segments})
+    if len(runs) > 1:
+        shown = "; ".join(f"run {r or '(schema 1)'} world size {w}: ranks "
+                          f"{sorted({s.rank for s in segments if (s.run_id, s.world_size) == (r, w)})}"
+                          for r, w in runs)
+        raise DumpError(f"{path}: mixes {len(runs)} runs ({shown}); re-record into an empty folder "
+                        "or with INKLING_PROBE_OVERWRITE=1")
+    world = runs[0][1]
+    beyond = sorted({s.rank for s in segments if not 0 <= s.rank < world})
+    if beyond:
+        raise DumpError(f"{path}: rank {beyond[0]} is outside world size {world}")
+    return world
+
+
+def _open_segment(path: str) -> h5py.File:
+    _check_regular(path)
     try:
-        f = h5py.File(path, "r")
+        return h5py.File(path, "r")
     except OSError as e:
         kind = "truncated or corrupt HDF5 file" if _looks_hdf5(path) else "not an HDF5 file"
-        raise DumpError(f"{path}: {kind} ({str(e).splitlines()[0][:80]})") from None
-    with f:
-        attrs = f.attrs
-        if attrs.get("format") != schema.FORMAT_NAME:
-            raise DumpError(f"{path}: an HDF5 file, but not an inkling-probe dump (no format attribute)")
-        version = int(attrs.get("schema_version", -1))
-        if version > schema.SCHEMA_VERSION:
-            raise DumpError(f"{path}: schema version {version} is newer than this inkling-probe reads "
-                            f"({schema.SCHEMA_VERSION}); upgrade inkling-probe")
-        if "index" not in f:
-            raise DumpError(f"{path}: segment has no index dataset (file damaged?)")
-        seg = Segment(path, int(attrs["rank"]), int(attrs["world_size"]),
-                      int(attrs.get("complete_through_step", -1)), json.loads(attrs.get("run", "{}")))
-        return seg, [_row(r) for r in f["index"][()]]
+        raise DumpError(f"{path}: {kind} ({_first_line(e)[:80]})") from None
+
+
+def safe_dataset(f: h5py.File, path: str) -> h5py.Dataset:
+    """``f[path]`` when every link on the way is a hard link and the data lies inside the file:
+    external and soft links, external raw storage and virtual datasets are refused (a crafted dump
+    could read other files through them)."""
+    node = f
+    parts = [p for p in path.split("/") if p]
+    for i, part in enumerate(parts):
+        link = node.get(part, getlink=True)
+        if link is None:
+            raise DumpError(f"{f.filename}: index names {path!r} but the dataset is missing")
+        if not isinstance(link, h5py.HardLink):
+            raise DumpError(f"{f.filename}: {'/'.join(parts[: i + 1])!r} is a {type(link).__name__}; "
+                            "a dump holds hard links only")
+        node = node[part]
+    if not isinstance(node, h5py.Dataset):
+        raise DumpError(f"{f.filename}: {path!r} is not a dataset")
+    if node.is_virtual or node.id.get_create_plist().get_external_count():
+        raise DumpError(f"{f.filename}: {path!r} keeps its data outside the file; refused")
+    return node
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e)
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _read_segment(path: str) -> tuple[Segment, list[dict]]:
+    with _open_segment(path) as f:
+        try:
+            return _read_header(path, f)
+        except DumpError:
+            raise
+        except Exception as e:  # damaged or crafted attributes and index
+            raise DumpError(f"{path}: damaged segment ({_first_line(e)[:120]})") from None
+
+
+def _read_header(path: str, f: h5py.File) -> tuple[Segment, list[dict]]:
+    attrs = f.attrs
+    if attrs.get("format") != schema.FORMAT_NAME:
+        raise DumpError(f"{path}: an HDF5 file, but not an inkling-probe dump (no format attribute)")
+    version = int(attrs.get("schema_version", -1))
+    if version > schema.SCHEMA_VERSION:
+        raise DumpError(f"{path}: schema version {version} is newer than this inkling-probe reads "
+                        f"({schema.SCHEMA_VERSION}); upgrade inkling-probe")
+    if "index" not in f:
+        raise DumpError(f"{path}: segment has no index dataset (file damaged?)")
+    seg = Segment(path, int(attrs["rank"]), int(attrs["world_size"]),
+                  int(attrs.get("complete_through_step", -1)), json.loads(attrs.get("run", "{}")),
+                  str(attrs.get("run_id", "")))
+    return seg, [_row(r) for r in safe_dataset(f, "index")[()]]
 
 
 def _row(r) -> dict:

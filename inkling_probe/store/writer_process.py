@@ -19,7 +19,8 @@ import sys
 
 import numpy as np
 
-from inkling_probe.store.ring import RingReader, RingWriter, backoff
+from inkling_probe.errors import DumpError
+from inkling_probe.store.ring import RingReader, RingWriter, backoff, reserve
 
 _FRAME = struct.Struct("<IQ")  # header bytes, payload bytes
 _PIPE_BYTES = 1 << 20
@@ -29,31 +30,48 @@ _RING_BYTES = 64 << 20
 _F_SETPIPE_SZ = 1031
 
 
-class WriterDied(RuntimeError):
+class WriterDied(DumpError):
     """The writer process is gone; the message says why, as far as it said."""
 
 
-class ProcessWriter:
-    """Main-process side: same calls as :class:`~inkling_probe.store.writer.SegmentWriter`."""
+def _warn(text: str) -> None:
+    sys.stderr.write(text + "\n")
 
-    def __init__(self, path, rank: int, world_size: int, **options):
+
+class ProcessWriter:
+    """Main-process side: same calls as :class:`~inkling_probe.store.writer.SegmentWriter`.
+
+    The process starts at construction (when recording is configured, so its imports overlap the
+    model's start-up); :meth:`open` names the dump once the rank is known.
+    """
+
+    def __init__(self):
         env = {k: v for k, v in os.environ.items() if k != "INKLING_PROBE"}
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "inkling_probe.store.writer_process"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0)
+        ring = reserve(_RING_BYTES, _warn)
+        argv = [sys.executable, "-m", "inkling_probe.store.writer_process"]
+        if ring is not None:
+            argv += [str(ring[0]), str(ring[1])]
+        # its own session: a Ctrl-C meant for the model never reaches the writer, which then sees
+        # end-of-file and keeps what it has
+        self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                                      bufsize=0, pass_fds=(ring[0],) if ring else (), start_new_session=True)
+        self._ring = RingWriter(*ring) if ring else None
+        if self._ring is not None:
+            self._ring.close_fd()  # the writer holds it now; the mapping stays
         self._fd = self._proc.stdin.fileno()
         _grow_pipe(self._fd)
         self._batch = bytearray()
-        self._ring = RingWriter(_RING_BYTES)
-        self._send({"op": "open", "path": os.fspath(path), "rank": rank, "world_size": world_size,
-                    "ring": self._ring.path, "ring_bytes": self._ring.size, **options})
         self._closed = False
+
+    def open(self, path, rank: int, world_size: int, **options) -> "ProcessWriter":
+        self._send({"op": "open", "path": os.fspath(path), "rank": rank, "world_size": world_size, **options})
+        return self
 
     def add(self, row: dict, array: np.ndarray, *, stats: bool = True, store: bool = True) -> None:
         array = np.ascontiguousarray(array)
         header = {"op": "add", "row": row, "np": array.dtype.str, "shape": array.shape,
                   "stats": stats, "store": store}
-        if _RING_MIN_BYTES <= array.nbytes <= self._ring.size // 2:
+        if self._ring is not None and _RING_MIN_BYTES <= array.nbytes <= self._ring.size // 2:
             header["ring"] = (*self._ring.put(array, self._wait_for_ring), array.nbytes)  # pos, end, n
             self._send(header)
             self._flush()  # let the writer start on it now, not when the batch fills
@@ -80,7 +98,16 @@ class ProcessWriter:
         self._ack()
         self._proc.stdin.close()
         self._proc.wait()
-        self._ring.close()
+        if self._ring is not None:
+            self._ring.close()
+
+    def abandon(self) -> None:
+        """After a failure: let the process go (it sees end of file) without waiting on it."""
+        self._closed = True
+        try:
+            self._proc.stdin.close()
+        except OSError:
+            pass
 
     def _send(self, header: dict, payload=b"") -> None:
         head = marshal.dumps(header)
@@ -155,11 +182,11 @@ def _read_message(stdin):
     return marshal.loads(head), payload
 
 
-def serve(stdin, stdout) -> int:
+def serve(stdin, stdout, ring=None) -> int:
     """Apply framed messages from ``stdin`` to a SegmentWriter until close or end-of-file."""
     from inkling_probe.store.writer import SegmentWriter
 
-    writer, ring, done = None, None, -1
+    writer, done = None, -1
     while True:
         msg, payload = _read_message(stdin)
         if msg is None:  # the recording process is gone (maybe mid-message): keep what we have
@@ -177,12 +204,11 @@ def serve(stdin, stdout) -> int:
             if where is not None:
                 ring.consumed(where[1])  # add() copied or wrote the data: the space is free again
         elif op == "open":
-            ring = RingReader(msg["ring"], msg["ring_bytes"])
-            args = {k: v for k, v in msg.items() if k not in ("op", "path", "rank", "world_size", "ring",
-                                                             "ring_bytes")}
+            args = {k: v for k, v in msg.items() if k not in ("op", "path", "rank", "world_size")}
             writer = SegmentWriter(msg["path"], msg["rank"], msg["world_size"], **args)
         elif op in ("end", "close"):
-            writer.end_segment(complete_through_step=msg["step"])
+            if writer is not None:
+                writer.end_segment(complete_through_step=msg["step"])
             done = msg["step"]
             stdout.write(b"ok\n")
             stdout.flush()
@@ -192,11 +218,14 @@ def serve(stdin, stdout) -> int:
 
 def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the model; we finish the segment
+    if hasattr(signal, "SIGXFSZ"):
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file size limit: an error, not a kill
     try:
-        return serve(sys.stdin.buffer, sys.stdout.buffer)
+        ring = RingReader(int(sys.argv[1]), int(sys.argv[2])) if len(sys.argv) > 2 else None
+        return serve(sys.stdin.buffer, sys.stdout.buffer, ring)
     except Exception as e:  # report one line to the recording process, then exit
-        sys.stdout.buffer.write(f"err inkling-probe writer: {type(e).__name__}: {e}".replace("\n", " ")
-                                .encode() + b"\n")
+        text = str(e) if isinstance(e, DumpError) else f"inkling-probe writer: {type(e).__name__}: {e}"
+        sys.stdout.buffer.write(f"err {text}".replace("\n", " ").encode() + b"\n")
         sys.stdout.buffer.flush()
         return 1
 

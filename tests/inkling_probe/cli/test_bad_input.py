@@ -40,8 +40,9 @@ def bad(dump, tmp_path_factory):
 
     def copy_with(name, edit):
         shutil.copytree(dump, root / name)
-        edit(root / name / SEG0)
-        out[name] = (root / name, root / name / SEG0)
+        seg = sorted((root / name).glob("rank00000-seg000000*.h5"))[0]
+        edit(seg)
+        out[name] = (root / name, seg)
 
     def cut_in_half(seg):
         data = seg.read_bytes()
