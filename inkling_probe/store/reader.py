@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import h5py
 import numpy as np
 
-from inkling_probe.errors import DumpError, KeyNotFound
+from inkling_probe.errors import DumpError, KeyNotFound, RanksMissing, ValuesNotStored
 from inkling_probe.store import schema
 
 
@@ -122,6 +122,10 @@ class Dump:
     def _pick(self, key: str, step: int, rank: int | None, call: int) -> list[dict]:
         rows = self.rows(key, step, call)
         if rank is None:
+            layout, world = rows[0]["shard"], {r["rank"] for r in rows}
+            if layout != "replicated" and len(world) != self.world_size:
+                raise RanksMissing(f"{self.path}: key {key!r} ({layout}) has ranks {sorted(world)} of "
+                                f"{self.world_size}; can't reassemble (pass rank=)")
             return rows
         mine = [r for r in rows if r["rank"] == rank]
         if not mine:
@@ -132,10 +136,6 @@ class Dump:
         layout = rows[0]["shard"]
         if len(rows) == 1 or layout == "replicated":
             return self._load_array(rows[0]).reshape(rows[0]["shape"])
-        world = {r["rank"] for r in rows}
-        if len(world) != self.world_size:
-            raise DumpError(f"{self.path}: key {key!r} ({layout}) has ranks {sorted(world)} of "
-                            f"{self.world_size}; can't reassemble (pass rank=)")
         parts = [self._load_array(r).reshape(r["shape"]) for r in sorted(rows, key=lambda r: r["rank"])]
         if layout == "concat":
             return np.concatenate(parts, axis=rows[0]["dim"])
@@ -148,7 +148,7 @@ class Dump:
 
     def _load_array(self, row: dict) -> np.ndarray:
         if not row["dataset"]:
-            raise DumpError(f"{self.path}: key {row['key']!r} step {row['step']} holds stats only "
+            raise ValuesNotStored(f"{self.path}: key {row['key']!r} step {row['step']} holds stats only "
                             "(recorded with INKLING_PROBE_MODE=stats or hash)")
         seg = row["_segment"]
         if row["offset"] >= 0:

@@ -10,6 +10,7 @@ Run as ``python -m inkling_probe.store.writer_process`` by :class:`ProcessWriter
 """
 from __future__ import annotations
 
+import contextlib
 import marshal
 import os
 import signal
@@ -51,10 +52,11 @@ class ProcessWriter:
         argv = [sys.executable, "-m", "inkling_probe.store.writer_process"]
         if ring is not None:
             argv += [str(ring[0]), str(ring[1])]
-        # its own session: a Ctrl-C meant for the model never reaches the writer, which then sees
-        # end-of-file and keeps what it has
-        self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
-                                      bufsize=0, pass_fds=(ring[0],) if ring else (), start_new_session=True)
+        # SIGINT blocked across the exec (the writer ignores it before unblocking): a Ctrl-C during
+        # its start-up stops the model only; the writer then sees end of file and keeps what it has
+        with _sigint_blocked():
+            self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                                          bufsize=0, pass_fds=(ring[0],) if ring else ())
         self._ring = RingWriter(*ring) if ring else None
         if self._ring is not None:
             self._ring.close_fd()  # the writer holds it now; the mapping stays
@@ -144,6 +146,17 @@ class ProcessWriter:
         return line.removeprefix("err ") or f"inkling-probe writer process exited with code {code}"
 
 
+@contextlib.contextmanager
+def _sigint_blocked():
+    mask = getattr(signal, "pthread_sigmask", None)
+    old = mask(signal.SIG_BLOCK, {signal.SIGINT}) if mask else None
+    try:
+        yield
+    finally:
+        if mask:
+            mask(signal.SIG_SETMASK, old)
+
+
 def _grow_pipe(fd: int) -> None:
     try:
         import fcntl
@@ -218,6 +231,8 @@ def serve(stdin, stdout, ring=None) -> int:
 
 def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the model; we finish the segment
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked by the parent across exec
     if hasattr(signal, "SIGXFSZ"):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file size limit: an error, not a kill
     try:
