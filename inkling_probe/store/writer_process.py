@@ -196,37 +196,50 @@ def _read_message(stdin):
 
 
 def serve(stdin, stdout, ring=None) -> int:
-    """Apply framed messages from ``stdin`` to a SegmentWriter until close or end-of-file."""
+    """Apply framed messages from ``stdin`` to a SegmentWriter until close or end-of-file; after a
+    failure the open segment is abandoned quietly (its ``.tmp`` stays) and the error raised."""
     from inkling_probe.store.writer import SegmentWriter
 
     writer, done = None, -1
-    while True:
-        msg, payload = _read_message(stdin)
-        if msg is None:  # the recording process is gone (maybe mid-message): keep what we have
-            if writer is not None:
-                writer.end_segment(complete_through_step=done)
-            return 0
-        op = msg["op"]
-        if op == "add":
-            where = msg.get("ring")
-            if where is None:
-                array = np.frombuffer(payload, dtype=np.dtype(msg["np"])).reshape(msg["shape"])
-            else:
-                array = ring.view(where[0], where[2], msg["np"], msg["shape"])
-            writer.add(msg["row"], array, stats=msg["stats"], store=msg["store"])
-            if where is not None:
-                ring.consumed(where[1])  # add() copied or wrote the data: the space is free again
-        elif op == "open":
-            args = {k: v for k, v in msg.items() if k not in ("op", "path", "rank", "world_size")}
-            writer = SegmentWriter(msg["path"], msg["rank"], msg["world_size"], **args)
-        elif op in ("end", "close"):
-            if writer is not None:
-                writer.end_segment(complete_through_step=msg["step"])
-            done = msg["step"]
-            stdout.write(b"ok\n")
-            stdout.flush()
-            if op == "close":
+    try:
+        while True:
+            writer, done, finished = _apply(stdin, stdout, ring, writer, done, SegmentWriter)
+            if finished:
                 return 0
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+
+
+def _apply(stdin, stdout, ring, writer, done, SegmentWriter):
+    """Apply one message: (writer, last completed step, finished?)."""
+    msg, payload = _read_message(stdin)
+    if msg is None:  # the recording process is gone (maybe mid-message): keep what we have
+        if writer is not None:
+            writer.end_segment(complete_through_step=done)
+        return writer, done, True
+    op = msg["op"]
+    if op == "add":
+        where = msg.get("ring")
+        if where is None:
+            array = np.frombuffer(payload, dtype=np.dtype(msg["np"])).reshape(msg["shape"])
+        else:
+            array = ring.view(where[0], where[2], msg["np"], msg["shape"])
+        writer.add(msg["row"], array, stats=msg["stats"], store=msg["store"])
+        if where is not None:
+            ring.consumed(where[1])  # add() copied or wrote the data: the space is free again
+    elif op == "open":
+        args = {k: v for k, v in msg.items() if k not in ("op", "path", "rank", "world_size")}
+        writer = SegmentWriter(msg["path"], msg["rank"], msg["world_size"], **args)
+    elif op in ("end", "close"):
+        if writer is not None:
+            writer.end_segment(complete_through_step=msg["step"])
+        done = msg["step"]
+        stdout.write(b"ok\n")
+        stdout.flush()
+        return writer, done, op == "close"
+    return writer, done, False
 
 
 def main() -> int:
