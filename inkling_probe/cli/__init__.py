@@ -86,8 +86,9 @@ def main(argv=None) -> None:
         code = code if isinstance(code, int) else 0  # ctx.exit(n) returns n in this mode
     except BaseException as e:  # noqa: BLE001 - every way out is one line and an exit code
         code = _exit_code(e)
-    _flush_stdout()
-    sys.exit(code)
+    if type(sys.stdout).__name__ == "_PacifyFlushWrapper":  # click met EPIPE and went quiet
+        code = 141
+    sys.exit(code if _flush_stdout() else 141)
 
 
 def _check_environment(args: list[str]) -> None:
@@ -133,11 +134,14 @@ def _exit_code(e: BaseException) -> int:
     return 3
 
 
-def _flush_stdout() -> None:
+def _flush_stdout() -> bool:
+    """Flush what is buffered; False when the reader has gone."""
     try:
         sys.stdout.flush()
+        return True
     except BrokenPipeError:
         _silence_stdout()
+        return False
 
 
 def _silence_stdout() -> None:
