@@ -45,7 +45,7 @@ class Recorder:
     detached: its probes raise, and its exit leaves the parent's writer alone.
     """
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, stager=None):
         self.settings = settings
         self.step_id = 0
         self.rank, self.world_size = 0, 1
@@ -59,6 +59,9 @@ class Recorder:
         self._dirty = False  # something was recorded since the last segment ended
         self._wanted: dict[str, bool] = {}  # name -> passes the include/exclude globs
         self._mutex = threading.RLock()
+        self._wlock = threading.Lock()  # writer calls, from this thread and the drain thread
+        self._stager = stager  # given: every tensor goes through the drain (tests); else CUDA ones only
+        self._drain = None
         self._pid = os.getpid()
         self._failed: ProbeError | None = None
         self._spare = None  # the writer process, started early so its start-up overlaps the model's
@@ -94,18 +97,31 @@ class Recorder:
             self._check_usable()
             if self._touched:
                 if self._writer is not None and self._dirty:
-                    self._guarded("ending step", lambda: self._writer.end_segment(self.step_id))
+                    self._guarded("ending step", self._end_step)
                     self._dirty = False
                 self.step_id += 1
             self._touched = True
             self._seq = 0
             self._calls.clear()
 
+    def _end_step(self) -> None:
+        if self._drain is not None:
+            self._drain.flush()
+        with self._wlock:
+            self._writer.end_segment(self.step_id)
+
     def close(self, interrupted: bool = False) -> None:
         """Finish the last segment; ``interrupted``: the current step did not complete (an exception)."""
         with self._mutex:
             if os.getpid() != self._pid:
                 return  # a forked child: the writer is the parent's
+            try:
+                if self._drain is not None and self._failed is None:
+                    self._guarded("closing the dump", self._drain.flush)
+            finally:
+                if self._drain is not None:
+                    self._drain.close()
+                    self._drain = None
             writer, self._writer = self._writer or self._spare, None
             self._spare = None
             try:
@@ -122,6 +138,7 @@ class Recorder:
         self._failed = DumpError(f"pid {os.getpid()} is a fork of the recording process {self._pid}: a forked "
                                  "child does not record (start a recording in the child)")
         writer, self._writer, self._spare, self._lock = self._writer, None, None, None
+        self._drain = None  # its thread did not survive the fork
         if hasattr(writer, "detach_after_fork"):
             writer.detach_after_fork()
         self._mutex = threading.RLock()  # a lock held by another thread at the fork stays held
@@ -164,10 +181,28 @@ class Recorder:
             writer = self._writer if self._opened else self._guarded_open()
             if writer is None:
                 return
-            row, array = self._row(name, tensor, shard, dim, token_dim, meta, seq)
-            stats, store = self.settings.mode != "hash", self.settings.mode == "full"
-            self._guarded(f"recording {name!r}", lambda: writer.add(row, array, stats=stats, store=store))
+            row, t = self._row(name, tensor, shard, dim, token_dim, meta, seq)
+            if t.is_cuda or self._stager is not None:
+                self._guarded(f"recording {name!r}", lambda: self._staged(row, t))
+            else:
+                self._guarded(f"recording {name!r}", lambda: self._write(row, t.contiguous()))
             self._dirty = True
+
+    def _staged(self, row: dict, t) -> None:
+        """Copy ``t`` to the host asynchronously; the drain thread writes it (staging.py)."""
+        if self._drain is None:
+            from inkling_probe.staging import CudaStager, Drain
+            self._drain = Drain(self._stager or CudaStager(), self._write)
+        if self._drain.error is not None:
+            raise self._drain.error
+        self._drain.put(row, t)
+
+    def _write(self, row: dict, host) -> None:
+        """Encode a host tensor and hand it to the writer (recording thread or drain thread)."""
+        array, row["storage"] = encode(host)
+        stats, store = self.settings.mode != "hash", self.settings.mode == "full"
+        with self._wlock:
+            self._writer.add(row, array, stats=stats, store=store)
 
     def _guarded_open(self):
         try:
@@ -186,17 +221,17 @@ class Recorder:
         t, token_start = _slice_tokens(tensor.detach(), self.settings.tokens, token_dim)
         if t.is_cuda and torch.cuda.is_current_stream_capturing():
             raise SettingsError(f"probe {name!r}: eager probes cannot run inside CUDA-graph capture")
-        t = t.contiguous().cpu()
-        array, storage = encode(t)
+        if not (t.is_cuda or t.device.type == "cpu"):
+            t = t.cpu()  # other devices: a synchronous copy
         row = {
             "key": name, "step": self.step_id, "seq": seq, "call": call, "rank": self.rank,
-            "shape": schema.shape_text(t.shape), "dtype": dtype_name(t.dtype), "storage": storage,
+            "shape": schema.shape_text(t.shape), "dtype": dtype_name(t.dtype), "storage": "",
             "shard": shard, "dim": dim % tensor.dim() if shard == "concat" else schema.NO_DIM,
             "token_dim": schema.NO_DIM if token_dim is None else token_dim, "token_start": token_start,
             "numel": t.numel(),
             "meta": json.dumps(meta, sort_keys=True, default=str) if meta else "",
         }
-        return row, array
+        return row, t
 
 
 def _ignore_file_size_signal() -> None:
