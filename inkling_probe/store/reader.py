@@ -104,9 +104,11 @@ class Dump:
         from inkling_probe.store.dtypes import decode
 
         rows = self._pick(key, step, rank, call)
-        if len(rows) == 1:
-            return decode(self._load_array(rows[0]), rows[0]["dtype"]).reshape(rows[0]["shape"])
-        return decode(self._assemble(key, rows), rows[0]["dtype"])
+        array = self._assemble(key, rows)
+        try:
+            return decode(array, rows[0]["dtype"])
+        except (ValueError, TypeError) as e:
+            raise DumpError(f"{self.path}: key {key!r} step {step}: {_first_line(e)}") from None
 
     def array(self, key: str, step: int = 0, rank: int | None = None, call: int = 0) -> np.ndarray:
         """The stored values as numpy, without torch: bf16 as exact float32, 8-bit floats as exact
@@ -133,6 +135,13 @@ class Dump:
         return mine[:1]
 
     def _assemble(self, key: str, rows: list[dict]) -> np.ndarray:
+        try:
+            return self._combine(key, rows)
+        except (ValueError, TypeError, IndexError) as e:  # a crafted or damaged index: shapes that don't fit
+            raise DumpError(f"{self.path}: key {key!r} step {rows[0]['step']} can't be read as indexed "
+                            f"({_first_line(e)[:120]})") from None
+
+    def _combine(self, key: str, rows: list[dict]) -> np.ndarray:
         layout = rows[0]["shard"]
         if len(rows) == 1 or layout == "replicated":
             return self._load_array(rows[0]).reshape(rows[0]["shape"])

@@ -135,3 +135,16 @@ def test_more_segments_than_open_files_allowed_all_read(tmp_path):
     segments, open_files, total = out.stdout.split()
     assert int(segments) == n and int(open_files) == reader.MAX_OPEN_FILES
     assert float(total) == 2 * sum(range(n))
+
+
+@pytest.mark.parametrize("field, value", [("shape", "5x5"), ("numel", 99), ("dtype", "float8_e4m3fn")])
+def test_crafted_index_rows_are_one_line_dump_errors(dump, field, value):
+    with h5py.File(seg(dump), "r+") as f:
+        index = f["index"][()]
+        i = [k for k, r in enumerate(index) if r["key"] == b"x"][0]
+        index[i][field] = value.encode() if isinstance(value, str) else value
+        f["index"][...] = index
+    d = inkling_probe.open(dump)
+    with pytest.raises(DumpError) as e:
+        d.tensor("x")
+    assert "\n" not in str(e.value) and str(e.value).startswith(dump)
