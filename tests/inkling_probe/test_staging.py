@@ -148,3 +148,24 @@ def test_recorder_sends_cuda_tensors_through_the_drain(tmp_path, monkeypatch):
     rec.record("y", torch.ones(2))
     rec.close()
     assert calls == ["x"] and inkling_probe.open(tmp_path / "d").keys() == ["y"]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_gpu_staged_copies_keep_the_value_at_probe_time(tmp_path):
+    """Real pinned buffers and events: a tensor overwritten in place right after its probe, and a
+    slice (non-contiguous source), read back bit-exact; bf16 too."""
+    with inkling_probe.recording(tmp_path / "d", writer="inline", tokens="0:3"):
+        for s in range(3):
+            inkling_probe.step()
+            x = torch.zeros(1024, 256, device="cuda")
+            for i in range(10):
+                x.add_(1)
+                inkling_probe.probe("x", x)
+                inkling_probe.probe("cols", x[:, 100:110].bfloat16(), token_dim=0)
+    d = inkling_probe.open(tmp_path / "d")
+    for s in range(3):
+        for i in range(10):
+            assert bool((d.tensor("x", s, call=i)[:3] == i + 1).all())
+            got = d.tensor("cols", s, call=i)
+            assert got.dtype == torch.bfloat16 and tuple(got.shape) == (3, 10) and bool((got == i + 1).all())
