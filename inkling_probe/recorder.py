@@ -45,7 +45,7 @@ class Recorder:
     detached: its probes raise, and its exit leaves the parent's writer alone.
     """
 
-    def __init__(self, settings: Settings, stager=None):
+    def __init__(self, settings: Settings, stager=None, early_writer: bool = True):
         self.settings = settings
         self.step_id = 0
         self.rank, self.world_size = 0, 1
@@ -65,7 +65,7 @@ class Recorder:
         self._pid = os.getpid()
         self._failed: ProbeError | None = None
         self._spare = None  # the writer process, started early so its start-up overlaps the model's
-        if self.mode == "process":
+        if self.mode == "process" and early_writer:
             from inkling_probe.store.writer_process import ProcessWriter
             self._spare = ProcessWriter()
 
@@ -82,8 +82,9 @@ class Recorder:
         self._lock = prepare(s.path, self.rank, run, s.overwrite)
         options = dict(run_id=run, segment_mb=s.segment_mb, compress=s.compress, pack_kb=s.pack_kb,
                        run_meta=json.dumps(_run_meta(s), sort_keys=True, default=str))
-        if self._spare is not None:
-            spare, self._spare = self._spare, None
+        if self.mode == "process":
+            from inkling_probe.store.writer_process import ProcessWriter
+            spare, self._spare = self._spare or ProcessWriter(), None
             self._writer = spare.open(s.path, self.rank, self.world_size, **options)
         else:
             from inkling_probe.store.writer import SegmentWriter

@@ -53,14 +53,15 @@ def active_recorder():
     return _RECORDER
 
 
-def start(settings) -> None:
-    """Install a recorder for ``settings`` (closing any active one)."""
+def start(settings, early_writer: bool = True) -> None:
+    """Install a recorder for ``settings`` (closing any active one); ``early_writer``: start the
+    writer process now, so its start-up overlaps the model's (else at the first recorded tensor)."""
     from inkling_probe.recorder import Recorder
 
     global _RECORDER
     stop()
     _install_excepthook()
-    _RECORDER = Recorder(settings)
+    _RECORDER = Recorder(settings, early_writer=early_writer)
 
 
 def stop(interrupted: bool = False) -> None:
@@ -126,13 +127,13 @@ def recording(path, **overrides):
             _RECORDER = previous
 
 
-def configure_from_env(environ=None) -> bool:
+def configure_from_env(environ=None, early_writer: bool = True) -> bool:
     """(Re)read ``INKLING_PROBE_*`` and start or stop recording; True when recording is on."""
     s = _settings.from_env(environ)
     if s is None:
         stop()
         return False
-    start(s)
+    start(s, early_writer)
     return True
 
 
@@ -143,7 +144,7 @@ def _is_cli() -> bool:
 
 
 try:
-    configure_from_env()
+    configure_from_env(early_writer=not _is_cli())  # the command itself records nothing
 except ProbeError as _e:
     if not _is_cli():
         _install_excepthook()
