@@ -309,13 +309,14 @@ def main():
     import torch
     print(f"bench_record at {commit}: torch {torch.__version__}, {len(available)} cores available, "
           f"torch threads 1, {args.repeats} interleaved rounds; ratio = median [interquartile range of rounds]")
-    results = {}
     for n in (int(c) for c in args.cores.split(",")):
         if n > len(available):
             print(f"({n} cores requested, {len(available)} available: skipped)")
             continue
-        results[n] = run_child(available[:n], args.shapes, args.repeats, start=True)
-    report(results, None if args.no_startup else read_startup(args.repeats))
+        report({n: run_child(available[:n], args.shapes, args.repeats, start=True)}, None)
+        sys.stdout.flush()
+    if not args.no_startup:
+        report({}, read_startup(args.repeats))
 
 
 if __name__ == "__main__":

@@ -1,29 +1,17 @@
 """Reads a dump (a folder of per-rank segment files) as one: keys, steps, tensors and the index."""
 from __future__ import annotations
 
-import json
 import os
-import stat
 from collections import OrderedDict, defaultdict
-from dataclasses import dataclass
 
 import h5py
 import numpy as np
 
 from inkling_probe.errors import DumpError, KeyNotFound, RanksMissing, ValuesNotStored
-from inkling_probe.store import schema
+from inkling_probe.store.segments import (Segment, first_line, one_run, open_segment, read_segment,
+                                           safe_dataset, segment_files)
 
-
-@dataclass(frozen=True)
-class Segment:
-    """One segment file's identity and header."""
-
-    path: str
-    rank: int
-    world_size: int
-    complete_through_step: int
-    run: dict
-    run_id: str = ""  # "" in schema version 1
+__all__ = ["Dump", "Segment", "open_dump", "as_dump", "MAX_OPEN_FILES"]
 
 
 MAX_OPEN_FILES = 32  # segment files kept open at once (least recently used closed first)
@@ -47,14 +35,14 @@ class Dump:
 
     def __init__(self, path):
         self.path = os.fspath(path)
-        files, self.unfinished = _segment_files(self.path)
+        files, self.unfinished = segment_files(self.path)
         self.segments: list[Segment] = []
         rows = []
         for f in files:
-            seg, seg_rows = _read_segment(f)
+            seg, seg_rows = read_segment(f)
             self.segments.append(seg)
             rows.extend({**r, "_segment": len(self.segments) - 1} for r in seg_rows)
-        self.world_size = _one_run(self.path, self.segments)
+        self.world_size = one_run(self.path, self.segments)
         self.run_id = self.segments[0].run_id
         self.ranks = sorted({s.rank for s in self.segments})
         rows.sort(key=lambda r: (r["step"], r["seq"], r["rank"]))
@@ -108,7 +96,7 @@ class Dump:
         try:
             return decode(array, rows[0]["dtype"])
         except (ValueError, TypeError) as e:
-            raise DumpError(f"{self.path}: key {key!r} step {step}: {_first_line(e)}") from None
+            raise DumpError(f"{self.path}: key {key!r} step {step}: {first_line(e)}") from None
 
     def array(self, key: str, step: int = 0, rank: int | None = None, call: int = 0) -> np.ndarray:
         """The stored values as numpy, without torch: bf16 as exact float32, 8-bit floats as exact
@@ -139,7 +127,7 @@ class Dump:
             return self._combine(key, rows)
         except (ValueError, TypeError, IndexError) as e:  # a crafted or damaged index: shapes that don't fit
             raise DumpError(f"{self.path}: key {key!r} step {rows[0]['step']} can't be read as indexed "
-                            f"({_first_line(e)[:120]})") from None
+                            f"({first_line(e)[:120]})") from None
 
     def _combine(self, key: str, rows: list[dict]) -> np.ndarray:
         layout = rows[0]["shard"]
@@ -179,7 +167,7 @@ class Dump:
         except DumpError:
             raise
         except Exception as e:  # h5py raises OSError, KeyError, ValueError... for damaged files
-            raise DumpError(f"{f.filename}: can't read {path!r} ({_first_line(e)})") from None
+            raise DumpError(f"{f.filename}: can't read {path!r} ({first_line(e)})") from None
 
     def _pack(self, segment: int, path: str) -> np.ndarray:
         """A whole pack array, cached (packs hold small tensors only, so each is small)."""
@@ -197,7 +185,7 @@ class Dump:
             return self._files[segment]
         if len(self._files) >= MAX_OPEN_FILES:
             self._files.popitem(last=False)[1].close()
-        self._files[segment] = _open_segment(self.segments[segment].path)
+        self._files[segment] = open_segment(self.segments[segment].path)
         return self._files[segment]
 
     def close(self) -> None:
@@ -225,128 +213,3 @@ def _round_to(total: np.ndarray, dtype_name: str, stored: np.dtype) -> np.ndarra
         rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16).astype(np.uint32)
         out = np.where(np.isnan(out), out, rounded.view(np.float32))
     return out
-
-
-def _segment_files(path: str) -> tuple[list[str], list[str]]:
-    if not os.path.lexists(path):
-        raise DumpError(f"{path}: no such file or directory")
-    if not os.path.isdir(path):
-        _check_regular(path)
-        return [path], []
-    names = sorted(os.listdir(path))
-    ours = [n for n in names if schema.parse_segment_name(n) or schema.LOCK_RE.match(n)]
-    for n in ours:
-        _check_regular(os.path.join(path, n))
-    files = [os.path.join(path, n) for n in ours if schema.SEGMENT_RE.match(n)]
-    unfinished = [os.path.join(path, n) for n in ours if n.endswith(".h5" + schema.TMP_SUFFIX)]
-    if not files:
-        hint = f" ({len(unfinished)} unfinished segment(s): the run died before its first step ended)" \
-            if unfinished else ""
-        raise DumpError(f"{path}: not an inkling-probe dump (no rank*-seg*.h5 files){hint}")
-    return files, unfinished
-
-
-def _check_regular(path: str) -> None:
-    """Refuse links, FIFOs, devices...: opening a FIFO would hang, a link would lead elsewhere."""
-    mode = os.lstat(path).st_mode
-    if not stat.S_ISREG(mode):
-        kind = "a symbolic link" if stat.S_ISLNK(mode) else "a directory" if stat.S_ISDIR(mode) \
-            else "not a regular file"
-        raise DumpError(f"{path}: {kind}; a dump holds regular files only")
-
-
-def _one_run(path: str, segments: list[Segment]) -> int:
-    """The world size of the one run ``segments`` belong to; a folder mixing runs is refused."""
-    runs = sorted({(s.run_id, s.world_size) for s in segments})
-    if len(runs) > 1:
-        shown = "; ".join(f"run {r or '(schema 1)'} world size {w}: ranks "
-                          f"{sorted({s.rank for s in segments if (s.run_id, s.world_size) == (r, w)})}"
-                          for r, w in runs)
-        raise DumpError(f"{path}: mixes {len(runs)} runs ({shown}); re-record into an empty folder "
-                        "or with INKLING_PROBE_OVERWRITE=1")
-    world = runs[0][1]
-    beyond = sorted({s.rank for s in segments if not 0 <= s.rank < world})
-    if beyond:
-        raise DumpError(f"{path}: rank {beyond[0]} is outside world size {world}")
-    return world
-
-
-def _open_segment(path: str) -> h5py.File:
-    _check_regular(path)
-    try:
-        return h5py.File(path, "r")
-    except OSError as e:
-        kind = "truncated or corrupt HDF5 file" if _looks_hdf5(path) else "not an HDF5 file"
-        raise DumpError(f"{path}: {kind} ({_first_line(e)[:80]})") from None
-
-
-def safe_dataset(f: h5py.File, path: str) -> h5py.Dataset:
-    """``f[path]`` when every link on the way is a hard link and the data lies inside the file:
-    external and soft links, external raw storage and virtual datasets are refused (a crafted dump
-    could read other files through them)."""
-    node = f
-    parts = [p for p in path.split("/") if p]
-    for i, part in enumerate(parts):
-        link = node.get(part, getlink=True)
-        if link is None:
-            raise DumpError(f"{f.filename}: index names {path!r} but the dataset is missing")
-        if not isinstance(link, h5py.HardLink):
-            raise DumpError(f"{f.filename}: {'/'.join(parts[: i + 1])!r} is a {type(link).__name__}; "
-                            "a dump holds hard links only")
-        node = node[part]
-    if not isinstance(node, h5py.Dataset):
-        raise DumpError(f"{f.filename}: {path!r} is not a dataset")
-    if node.is_virtual or node.id.get_create_plist().get_external_count():
-        raise DumpError(f"{f.filename}: {path!r} keeps its data outside the file; refused")
-    return node
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e)
-    return text.splitlines()[0] if text else type(e).__name__
-
-
-def _read_segment(path: str) -> tuple[Segment, list[dict]]:
-    with _open_segment(path) as f:
-        try:
-            return _read_header(path, f)
-        except DumpError:
-            raise
-        except Exception as e:  # damaged or crafted attributes and index
-            raise DumpError(f"{path}: damaged segment ({_first_line(e)[:120]})") from None
-
-
-def _read_header(path: str, f: h5py.File) -> tuple[Segment, list[dict]]:
-    attrs = f.attrs
-    if attrs.get("format") != schema.FORMAT_NAME:
-        raise DumpError(f"{path}: an HDF5 file, but not an inkling-probe dump (no format attribute)")
-    version = int(attrs.get("schema_version", -1))
-    if version > schema.SCHEMA_VERSION:
-        raise DumpError(f"{path}: schema version {version} is newer than this inkling-probe reads "
-                        f"({schema.SCHEMA_VERSION}); upgrade inkling-probe")
-    if "index" not in f:
-        raise DumpError(f"{path}: segment has no index dataset (file damaged?)")
-    seg = Segment(path, int(attrs["rank"]), int(attrs["world_size"]),
-                  int(attrs.get("complete_through_step", -1)), json.loads(attrs.get("run", "{}")),
-                  str(attrs.get("run_id", "")))
-    return seg, [_row(r) for r in safe_dataset(f, "index")[()]]
-
-
-def _row(r) -> dict:
-    out = {}
-    for name in schema.INDEX_FIELDS:
-        v = r[name]
-        if isinstance(v, bytes):
-            v = v.decode()
-        elif isinstance(v, np.generic):
-            v = v.item()
-        out[name] = v
-    out["shape_text"] = out["shape"]
-    out["shape"] = schema.parse_shape(out["shape"])
-    out["meta"] = json.loads(out["meta"]) if out["meta"] else {}
-    return out
-
-
-def _looks_hdf5(path: str) -> bool:
-    with open(path, "rb") as fh:
-        return fh.read(8) == b"\x89HDF\r\n\x1a\n"
