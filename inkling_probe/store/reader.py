@@ -94,7 +94,7 @@ class Dump:
         rows = self._pick(key, step, rank, call)
         array = self._assemble(key, rows)
         try:
-            return decode(array, rows[0]["dtype"])
+            return decode(array, rows[0]["dtype"]).reshape(array.shape)  # decode makes 0-d arrays 1-d
         except (ValueError, TypeError) as e:
             raise DumpError(f"{self.path}: key {key!r} step {step}: {first_line(e)}") from None
 
