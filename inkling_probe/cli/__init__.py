@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from importlib.metadata import entry_points
 
 import click
 
@@ -33,6 +32,8 @@ class LazyGroup(click.Group):
     """A group whose commands are imported on first use."""
 
     def _specs(self) -> dict[str, str]:
+        from importlib.metadata import entry_points  # ~60 ms: only when a plug-in may be asked for
+
         specs = {name: spec for name, spec in BUILTIN.items() if _module_exists(spec)}
         for ep in entry_points(group=ENTRY_POINT_GROUP):
             specs.setdefault(ep.name, ep.value)
@@ -42,7 +43,7 @@ class LazyGroup(click.Group):
         return sorted(set(self._specs()) | set(self.commands))
 
     def get_command(self, ctx, name):
-        spec = self._specs().get(name)
+        spec = BUILTIN[name] if name in BUILTIN and _module_exists(BUILTIN[name]) else self._specs().get(name)
         if spec is None:
             return self.commands.get(name)
         try:

@@ -5,11 +5,11 @@ it costs one copy in the recording process, and the writer reads it in place. Th
 the writer's ``tail`` (bytes consumed so far, monotonic); the recording process owns ``head``.
 Space is reused only after the writer has moved ``tail`` past it.
 
-The ring is a file in /dev/shm, unlinked the moment it is created (the writer inherits its file
-descriptor), so nothing outlives the processes, whenever they die. Its space is reserved up front
-(``posix_fallocate``): a /dev/shm too small (Docker's default 64 MiB), full or read-only makes the
-ring fall back to the temp dir, then to none (everything through the pipe), with one warning line,
-instead of a SIGBUS at the first write.
+The ring is a file in /dev/shm (the temp dir where /dev/shm is missing or read-only), unlinked the
+moment it is created (the writer inherits its file descriptor), so nothing outlives the processes,
+whenever they die. The writer reserves its space (``posix_fallocate``) and says so; until then,
+and for good if it can't (a /dev/shm too small, such as Docker's default 64 MiB, or full), large
+tensors go through the pipe, with one warning line, instead of a SIGBUS at the first write.
 """
 from __future__ import annotations
 
@@ -32,37 +32,35 @@ class RingFull(RuntimeError):
 SHM_DIR = "/dev/shm"
 
 
-def reserve(size: int, warn) -> tuple[int, int] | None:
-    """(fd, size) of an unlinked, fully reserved ring file, or None (no space anywhere).
-
-    Tries ``size`` then ``size // 4`` in /dev/shm, then the temp dir; ``warn(text)`` is called once
-    when the ring leaves /dev/shm or is given up.
-    """
+def ring_file(warn) -> int | None:
+    """An unlinked, empty ring file in /dev/shm (or the temp dir), or None; ``warn(text)`` is
+    called once when it is not in /dev/shm. The writer process reserves its space (:func:`reserve`):
+    the recording process pays no more than creating it."""
     failures = []
-    for where, n in ((SHM_DIR, size), (SHM_DIR, size // 4), (tempfile.gettempdir(), size)):
-        fd = _reserved_file(where, _HEADER + n, failures)
-        if fd is not None:
-            if where != SHM_DIR:
-                warn(f"inkling-probe: {failures[0]}; the writer's ring is in {where} instead")
-            return fd, n
+    for where in (SHM_DIR, tempfile.gettempdir()):
+        try:
+            fd, path = tempfile.mkstemp(prefix="inkling-probe-ring-", dir=where)
+        except OSError as e:
+            failures.append(f"no ring in {where} ({e.strerror or e})")
+            continue
+        os.unlink(path)
+        if where != SHM_DIR:
+            warn(f"inkling-probe: {failures[0]}; the writer's ring is in {where} instead")
+        return fd
     warn(f"inkling-probe: {failures[0]}; large tensors go through the pipe (slower)")
     return None
 
 
-def _reserved_file(where: str, nbytes: int, failures: list) -> int | None:
-    try:
-        fd, path = tempfile.mkstemp(prefix="inkling-probe-ring-", dir=where)
-    except OSError as e:
-        failures.append(f"no ring in {where} ({e.strerror or e})")
-        return None
-    os.unlink(path)
-    try:
-        os.posix_fallocate(fd, 0, nbytes)
-        return fd
-    except OSError as e:
-        os.close(fd)
-        failures.append(f"no {nbytes >> 20} MiB ring in {where} ({e.strerror or e})")
-        return None
+def reserve(fd: int, size: int) -> int:
+    """Reserve the ring's space (writer side): ``size``, else ``size // 4``; 0 when neither fits
+    (ENOSPC, a read-only or full file system). Reserved space can't SIGBUS when written."""
+    for n in (size, size // 4):
+        try:
+            os.posix_fallocate(fd, 0, _HEADER + n)
+            return n
+        except OSError as e:
+            reason = e.strerror or str(e)
+    raise OSError(f"no {size >> 20} MiB ring ({reason})")
 
 
 class RingWriter:
@@ -104,11 +102,12 @@ class RingWriter:
 
 
 class RingReader:
-    """Writer-process side: map the inherited ring file, read payloads in place."""
+    """Writer-process side: reserve and map the inherited ring file, read payloads in place."""
 
     def __init__(self, fd: int, size: int):
         try:
-            self._mm = mmap.mmap(fd, _HEADER + size)
+            self.size = reserve(fd, size)
+            self._mm = mmap.mmap(fd, _HEADER + self.size)
         finally:
             os.close(fd)
         self._data = np.frombuffer(self._mm, dtype=np.uint8, offset=_HEADER)

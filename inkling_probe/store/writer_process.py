@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import marshal
+import select
 import os
 import signal
 import struct
@@ -21,7 +22,7 @@ import sys
 import numpy as np
 
 from inkling_probe.errors import DumpError
-from inkling_probe.store.ring import RingReader, RingWriter, backoff, reserve
+from inkling_probe.store.ring import RingReader, RingWriter, backoff, ring_file
 
 _FRAME = struct.Struct("<IQ")  # header bytes, payload bytes
 _PIPE_BYTES = 1 << 20
@@ -48,22 +49,36 @@ class ProcessWriter:
 
     def __init__(self):
         env = {k: v for k, v in os.environ.items() if k != "INKLING_PROBE"}
-        ring = reserve(_RING_BYTES, _warn)
+        self._ring_fd = ring_file(_warn)
         argv = [sys.executable, "-m", "inkling_probe.store.writer_process"]
-        if ring is not None:
-            argv += [str(ring[0]), str(ring[1])]
+        if self._ring_fd is not None:
+            argv += [str(self._ring_fd), str(_RING_BYTES)]
         # SIGINT blocked across the exec (the writer ignores it before unblocking): a Ctrl-C during
         # its start-up stops the model only; the writer then sees end of file and keeps what it has
         with _sigint_blocked():
             self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
-                                          bufsize=0, pass_fds=(ring[0],) if ring else ())
-        self._ring = RingWriter(*ring) if ring else None
-        if self._ring is not None:
-            self._ring.close_fd()  # the writer holds it now; the mapping stays
+                                          bufsize=0, pass_fds=() if self._ring_fd is None else (self._ring_fd,))
+        self._ring = None  # mapped once the writer says it reserved the space
+        self._ring_pending = self._ring_fd is not None
         self._fd = self._proc.stdin.fileno()
         _grow_pipe(self._fd)
         self._batch = bytearray()
         self._closed = False
+
+    def _ring_status(self, block: bool) -> None:
+        """Read the writer's first line, 'ring ok SIZE' or 'ring none REASON', once it is there."""
+        if not self._ring_pending or not (block or select.select([self._proc.stdout], [], [], 0)[0]):
+            return
+        self._ring_pending = False
+        line = self._proc.stdout.readline().decode(errors="replace").strip()
+        fd, self._ring_fd = self._ring_fd, None
+        if line.startswith("ring ok "):
+            self._ring = RingWriter(fd, int(line.split()[2]))
+            self._ring.close_fd()  # the mapping stays
+            return
+        if line.startswith("ring none "):
+            _warn(f"inkling-probe: {line.removeprefix('ring none ')}; large tensors go through the pipe (slower)")
+        os.close(fd)
 
     def open(self, path, rank: int, world_size: int, **options) -> "ProcessWriter":
         self._send({"op": "open", "path": os.fspath(path), "rank": rank, "world_size": world_size, **options})
@@ -73,6 +88,7 @@ class ProcessWriter:
         array = np.ascontiguousarray(array)
         header = {"op": "add", "row": row, "np": array.dtype.str, "shape": array.shape,
                   "stats": stats, "store": store}
+        self._ring_status(block=False)
         if self._ring is not None and _RING_MIN_BYTES <= array.nbytes <= self._ring.size // 2:
             header["ring"] = (*self._ring.put(array, self._wait_for_ring), array.nbytes)  # pos, end, n
             self._send(header)
@@ -102,6 +118,9 @@ class ProcessWriter:
         self._proc.wait()
         if self._ring is not None:
             self._ring.close()
+        if self._ring_fd is not None:
+            os.close(self._ring_fd)
+            self._ring_fd = None
 
     def abandon(self) -> None:
         """After a failure: let the process go (it sees end of file) without waiting on it."""
@@ -136,11 +155,13 @@ class ProcessWriter:
             raise WriterDied(self._why()) from None
 
     def _ack(self) -> None:
+        self._ring_status(block=True)
         line = self._proc.stdout.readline().decode().strip()
         if line != "ok":
             raise WriterDied(line.removeprefix("err ") if line else self._why())
 
     def _why(self) -> str:
+        self._ring_status(block=True)
         line = self._proc.stdout.readline().decode().strip() if self._proc.stdout else ""
         code = self._proc.wait()
         return line.removeprefix("err ") or f"inkling-probe writer process exited with code {code}"
@@ -242,6 +263,20 @@ def _apply(stdin, stdout, ring, writer, done, SegmentWriter):
     return writer, done, False
 
 
+def _open_ring(args, stdout):
+    """Reserve and map the inherited ring; tell the recording process the outcome in one line."""
+    if len(args) < 2:
+        return None
+    try:
+        ring = RingReader(int(args[0]), int(args[1]))
+        stdout.write(f"ring ok {ring.size}\n".encode())
+    except OSError as e:
+        ring = None
+        stdout.write(f"ring none {e}\n".replace("\n", " ").strip().encode() + b"\n")
+    stdout.flush()
+    return ring
+
+
 def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the model; we finish the segment
     if hasattr(signal, "pthread_sigmask"):
@@ -249,7 +284,7 @@ def main() -> int:
     if hasattr(signal, "SIGXFSZ"):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file size limit: an error, not a kill
     try:
-        ring = RingReader(int(sys.argv[1]), int(sys.argv[2])) if len(sys.argv) > 2 else None
+        ring = _open_ring(sys.argv[1:], sys.stdout.buffer)
         return serve(sys.stdin.buffer, sys.stdout.buffer, ring)
     except Exception as e:  # report one line to the recording process, then exit
         text = str(e) if isinstance(e, DumpError) else f"inkling-probe writer: {type(e).__name__}: {e}"
