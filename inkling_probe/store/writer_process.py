@@ -257,8 +257,7 @@ def _apply(stdin, stdout, ring, writer, done, SegmentWriter):
         if writer is not None:
             writer.end_segment(complete_through_step=msg["step"])
         done = msg["step"]
-        stdout.write(b"ok\n")
-        stdout.flush()
+        _say(stdout, "ok")
         return writer, done, op == "close"
     return writer, done, False
 
@@ -269,12 +268,22 @@ def _open_ring(args, stdout):
         return None
     try:
         ring = RingReader(int(args[0]), int(args[1]))
-        stdout.write(f"ring ok {ring.size}\n".encode())
+        _say(stdout, f"ring ok {ring.size}")
     except OSError as e:
         ring = None
-        stdout.write(f"ring none {e}\n".replace("\n", " ").strip().encode() + b"\n")
-    stdout.flush()
+        _say(stdout, f"ring none {e}")
     return ring
+
+
+def _say(stdout, line: str) -> None:
+    """One line to the recording process; if it has gone, carry on (what it sent is still kept)."""
+    try:
+        stdout.write(line.replace("\n", " ").encode() + b"\n")
+        stdout.flush()
+    except OSError:
+        null = os.open(os.devnull, os.O_WRONLY)  # nothing left to flush into a dead pipe at exit
+        os.dup2(null, stdout.fileno())
+        os.close(null)
 
 
 def main() -> int:
@@ -288,8 +297,7 @@ def main() -> int:
         return serve(sys.stdin.buffer, sys.stdout.buffer, ring)
     except Exception as e:  # report one line to the recording process, then exit
         text = str(e) if isinstance(e, DumpError) else f"inkling-probe writer: {type(e).__name__}: {e}"
-        sys.stdout.buffer.write(f"err {text}".replace("\n", " ").encode() + b"\n")
-        sys.stdout.buffer.flush()
+        _say(sys.stdout.buffer, f"err {text}")
         return 1
 
 
