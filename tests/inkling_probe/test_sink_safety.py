@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 import torch
@@ -162,3 +163,28 @@ def test_after_a_writer_failure_later_probes_raise_the_same_error(tmp_path, monk
             assert str(again.value) == str(first.value)
             raise again.value
     assert not inkling_probe.enabled()
+
+
+CTRL_C_AT_START = """
+import os, signal, torch
+import inkling_probe          # INKLING_PROBE is set: the writer process starts here
+inkling_probe.step()
+inkling_probe.probe("x", torch.full((300, 300), 3.0))
+os.killpg(0, signal.SIGINT)   # Ctrl-C to the whole process group while the writer is still starting
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_writer_starts_keeps_step_0(tmp_path):
+    """The terminal's Ctrl-C reaches every process of the group; the writer, still importing, must
+    not die of it: it sees the recording process end and keeps step 0 (marked incomplete)."""
+    env = {**os.environ, "INKLING_PROBE": str(tmp_path / "d"), "INKLING_PROBE_WRITER": "process"}
+    r = subprocess.run([sys.executable, "-c", CTRL_C_AT_START], env=env, capture_output=True, text=True,
+                       timeout=120, start_new_session=True)
+    assert r.returncode == -2 and "KeyboardInterrupt" in r.stderr
+    for _ in range(200):  # the writer finishes after the recording process is gone
+        if any(n.endswith(".h5") for n in os.listdir(tmp_path / "d")):
+            break
+        time.sleep(0.05)
+    d = inkling_probe.open(tmp_path / "d")
+    assert d.keys() == ["x"] and bool((d.tensor("x") == 3).all()) and d.complete_through_step() == -1
