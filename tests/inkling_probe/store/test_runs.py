@@ -120,6 +120,7 @@ def test_overwrite_does_not_pull_files_from_under_a_running_rank_of_another_run(
         lock.release()
 
 
+@pytest.mark.slow
 def test_two_writers_started_together_one_wins_and_the_dump_is_whole(tmp_path):
     """The issue's race (process writer): both start at once; exactly one records, the other stops
     with a one-line error, and what is on disk reads back as written."""
