@@ -1,4 +1,4 @@
-"""Name-map patterns that can't hang the tool: patterns whose matching time can explode are refused
+r"""Name-map patterns that can't hang the tool: patterns whose matching time can explode are refused
 when the map loads, and keys are bounded in length.
 
 Python's ``re`` backtracks, so a repeated group that can itself match in several ways (``(a+)+``,
