@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from . import nvfp4
-from .checkpoint import massive_token
+from .synthetic import massive_token
 from .checkpoint_layout import PREFIX, expert_quant
 
 CALIB_SEQS = 4

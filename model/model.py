@@ -75,16 +75,20 @@ class InklingForCausalLM(nn.Module):
             h = layer(h, ctx)
         h = self.norm(h)
         inkling_probe.probe("norm", h)
-        last = torch.tensor(ctx.seq_lens, device=h.device).cumsum(0) - 1 if last_only else None  # [R]
-        if last_only and not inkling_probe.enabled():
-            h = h[last]  # [R, H]
-        logits = self.unembed(h / self.config.logits_mup_width_multiplier)  # [T, V_padded]
-        logits = logits[:, : self.config.logits_vocab_size]  # [T, V]
-        inkling_probe.probe("logits", logits)
-        if last_only and inkling_probe.enabled():  # the probe records every token's logits
-            logits = logits[last]  # [R, V]
+        if last_only and inkling_probe.enabled():  # the probe sees every token; the output path is unchanged
+            inkling_probe.probe("logits", self._logits(h))
+        if last_only:
+            h = h[torch.tensor(ctx.seq_lens, device=h.device).cumsum(0) - 1]  # [R, H]
+        logits = self._logits(h)  # [T or R, V]
+        if not last_only:
+            inkling_probe.probe("logits", logits)
         ctx.advance()
         return logits
+
+    def _logits(self, h: torch.Tensor) -> torch.Tensor:
+        """The head: ``[n, H] -> [n, V]`` (muP width multiplier, padded rows cut)."""
+        logits = self.unembed(h / self.config.logits_mup_width_multiplier)  # [n, V_padded]
+        return logits[:, : self.config.logits_vocab_size]
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], strict: bool = True) -> set[str]:
         """Load (name, FULL tensor) pairs through each parameter's weight_loader; returns the names.

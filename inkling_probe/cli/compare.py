@@ -8,7 +8,7 @@ import math
 
 import click
 
-from inkling_probe.cli.common import BadInput, console, emit_json, fmt, open_dump
+from inkling_probe.cli.common import BadInput, console, emit_json, open_dump
 
 METRICS = ("rel_rms", "cosine", "max_abs", "max_rel", "outside")
 

@@ -45,7 +45,8 @@ def command(preset: str, quant: str | None, seed: int, out: str) -> None:
     """
     from pathlib import Path
 
-    from inkling_model.checkpoint import CheckpointExistsError, write_random_checkpoint
+    from inkling_model.checkpoint import CheckpointExistsError
+    from inkling_model.synthetic import write_random_checkpoint
 
     p = Path(out)
     if p.exists() and (not p.is_dir() or any(p.iterdir())):
