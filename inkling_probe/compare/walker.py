@@ -216,7 +216,7 @@ class Walker:
             row.score = row.row_score
             if row.score > 1.0 and row.status != "exact":
                 row.status = "diverged"
-                row.note = _join(row.note, f"token rows {row.bad_rows[:8]} over their allowance")
+                row.note = _join(row.note, f"rows {row.bad_rows[:8]} over allowance")
 
     def _status(self, row: Row, m: Measured) -> None:
         if m.status == "shape":

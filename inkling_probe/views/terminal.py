@@ -14,7 +14,7 @@ _SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "
           "int32": "i32", "bool": "bool", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2",
           "float4_e2m1fn_x2": "fp4x2", "uint8": "u8"}
 # (column, minimum terminal width to show it): the key, status and numbers always show
-_OPTIONAL = {"shape": 120, "dtype": 100, "max_abs": 140, "floor": 90, "jump": 110, "step": 80, "note": 70}
+_OPTIONAL = {"shape": 175, "dtype": 130, "max_abs": 195, "floor": 90, "jump": 110, "step": 80, "note": 70}
 
 
 def width() -> int:
@@ -49,7 +49,7 @@ def _table(report, rows, marks, cols: int):
     shown = [c for c, w in _OPTIONAL.items() if cols >= w]
     title = f"{report.cand} vs {report.ref}" + (f" (control {report.control})" if report.control else "")
     table = Table(title=title if cols >= 100 else None, show_lines=False, width=min(cols, 220))
-    table.add_column("key", overflow="fold", min_width=20, max_width=44)
+    table.add_column("key", overflow="fold", min_width=20, max_width=36)
     for name in ("step", "shape", "dtype"):
         if name in shown:
             table.add_column(name, no_wrap=True)
@@ -58,7 +58,7 @@ def _table(report, rows, marks, cols: int):
             table.add_column(name, justify="right", no_wrap=True)
     table.add_column("status", no_wrap=True)
     if "note" in shown:
-        table.add_column("note", overflow="fold", ratio=1)
+        table.add_column("note", overflow="fold", ratio=1, min_width=24)
     for r in rows:
         table.add_row(*_cells(r, marks, shown), style=_style(r, report))
     return table
