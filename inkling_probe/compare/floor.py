@@ -70,11 +70,21 @@ def default_threshold(precision, depth: int, metric: str = "rel_rms") -> float:
     raise ValueError(f"metric {metric!r} has no dtype default: pass --threshold (or a --control)")
 
 
-def min_allowance(depth: int, metric: str = "rel_rms") -> float:
-    """The absolute minimum under a control: the fp32 default at ``depth``."""
+ROUNDING_K = 2.0
+
+
+def min_allowance(depth: int, metric: str = "rel_rms", dtypes=()) -> float:
+    """The absolute minimum under a control: the fp32 default at ``depth``, and at least ROUNDING_K x
+    the rms of rounding to the coarsest of the key's own ``dtypes`` ((eps / 2) / sqrt(3) relative:
+    bf16 2 x 0.0023 = 0.0045). A tensor of a few dozen bf16 values is rounded differently on each
+    side, and one control's error there is too small a sample to set the allowance alone."""
     if metric == "max_abs":
         return 0.0
-    return default_threshold("float32", depth, metric)
+    base = default_threshold("float32", depth, metric)
+    own = coarsest(*dtypes)
+    if own is None or metric != "rel_rms":
+        return base
+    return max(base, ROUNDING_K * precision_rank(own) / 2 / math.sqrt(3))
 
 
 def threshold(floor: float | None, default: float, user: float | None, k: float = K_DEFAULT,

@@ -152,7 +152,8 @@ class Walker:
         row.metrics, row.error, row.note = m.metrics, m.error, m.note
         row.floor = ctl.error if ctl is not None and ctl.status in ("ok", "exact") else None
         default = self._default(precision, depth, integer=is_integer(p.ref.dtype))
-        row.threshold = floor.threshold(row.floor, default, self.user, self.k, floor.min_allowance(depth, self.metric))
+        minimum = floor.min_allowance(depth, self.metric, [p.ref.dtype, p.cand.dtype])
+        row.threshold = floor.threshold(row.floor, default, self.user, self.k, minimum)
         if m.masked:
             self.masks[(p.key, p.step, p.call)] = m.masked
             row.note = _join(row.note, f"{len(m.masked)} token row(s) set aside (at or after a routing change)")
