@@ -12,6 +12,7 @@ import contextlib
 from inkling_probe import settings as _settings
 
 _RECORDER = None
+_LAYOUT: dict = {}  # this step's layout meta (e.g. the attention-DP requests), merged into every probe
 
 
 def probe(name, tensor, *, shard="replicated", dim=None, token_dim=0, **meta):
@@ -21,11 +22,12 @@ def probe(name, tensor, *, shard="replicated", dim=None, token_dim=0, **meta):
     rank holds it), ``"concat"`` (rank shards concatenate along ``dim``) or ``"partial"`` (the global
     value is the sum over ranks). ``token_dim`` is the dim a token slice applies to (None: the
     tensor has no token dim and is never sliced); ``meta`` keys
-    (JSON-able) are stored with the tensor.
+    (JSON-able) are stored with the tensor, after the step's layout (:func:`step`).
     """
     if _RECORDER is None:
         return
-    _RECORDER.record(name, tensor, shard=shard, dim=dim, token_dim=token_dim, meta=meta)
+    _RECORDER.record(name, tensor, shard=shard, dim=dim, token_dim=token_dim,
+                     meta={**_LAYOUT, **meta} if _LAYOUT else meta)
 
 
 def enabled() -> bool:
@@ -33,9 +35,15 @@ def enabled() -> bool:
     return _RECORDER is not None
 
 
-def step() -> None:
-    """Mark the start of the next forward (prefill or decode step); the step id of what follows."""
+def step(**layout) -> None:
+    """Mark the start of the next forward (prefill or decode step); the step id of what follows.
+
+    ``layout`` is stored with every tensor of the step, e.g. attention-DP's ``dp_rank``, ``dp_size``
+    and ``requests`` (``[[request id, token rows], ...]`` in row order; docs/MODEL.md).
+    """
+    global _LAYOUT
     if _RECORDER is not None:
+        _LAYOUT = layout
         _RECORDER.next_step()
 
 
@@ -55,8 +63,8 @@ def start(settings) -> None:
 
 def stop() -> None:
     """Close the active recorder, completing its last segment."""
-    global _RECORDER
-    recorder, _RECORDER = _RECORDER, None
+    global _RECORDER, _LAYOUT
+    recorder, _RECORDER, _LAYOUT = _RECORDER, None, {}
     if recorder is not None:
         recorder.close()
 

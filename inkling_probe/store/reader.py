@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 
 from inkling_probe.errors import DumpError, KeyNotFound
-from inkling_probe.store import schema
+from inkling_probe.store import dp, schema
 
 
 @dataclass(frozen=True)
@@ -37,10 +37,12 @@ def as_dump(d) -> "Dump | None":
 class Dump:
     """A recorded run: the index of every rank's segments, tensors read on demand.
 
-    Listing reads only the index datasets (kilobytes), never tensor data.
+    Listing reads only the index datasets (kilobytes), never tensor data. An attention-DP dump is
+    presented in the DP=1 layout (store/dp.py: ranks are attention-group ranks, requests in id
+    order); ``dp_raw=True`` keeps every rank's own rows.
     """
 
-    def __init__(self, path):
+    def __init__(self, path, dp_raw: bool = False):
         self.path = os.fspath(path)
         files, self.unfinished = _segment_files(self.path)
         self.segments: list[Segment] = []
@@ -49,7 +51,8 @@ class Dump:
             seg, seg_rows = _read_segment(f)
             self.segments.append(seg)
             rows.extend({**r, "_segment": len(self.segments) - 1} for r in seg_rows)
-        self.world_size = max(s.world_size for s in self.segments)
+        rows, self.dp_size, attn_size = (rows, 1, None) if dp_raw else dp.global_rows(rows)
+        self.world_size = attn_size or max(s.world_size for s in self.segments)
         self.ranks = sorted({s.rank for s in self.segments})
         rows.sort(key=lambda r: (r["step"], r["seq"], r["rank"]))
         self._rows = rows
@@ -63,7 +66,7 @@ class Dump:
     @property
     def index(self) -> list[dict]:
         """Every index row (one per tensor per rank), in execution order (step, seq, rank)."""
-        return [{k: v for k, v in r.items() if k != "_segment"} for r in self._rows]
+        return [{k: v for k, v in r.items() if not k.startswith("_")} for r in self._rows]
 
     def keys(self) -> list[str]:
         """Keys in first-execution order."""
@@ -141,6 +144,8 @@ class Dump:
         return _round_to(total, rows[0]["dtype"], parts[0].dtype)
 
     def _load_array(self, row: dict) -> np.ndarray:
+        if dp.is_merged(row):
+            return dp.load(self.path, row, self._load_array)
         if not row["dataset"]:
             raise DumpError(f"{self.path}: key {row['key']!r} step {row['step']} holds stats only "
                             "(recorded with INKLING_PROBE_MODE=stats or hash)")
