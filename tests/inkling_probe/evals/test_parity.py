@@ -64,7 +64,7 @@ def test_command_on_dumps(tmp_path):
     res = CliRunner().invoke(command, [ref, cand, "--json"])
     out = json.loads(res.output)
     assert res.exit_code == 1 and (out["tf_mismatch"], out["near_tie"], out["confident"]) == (2, 1, 1)
-    text = CliRunner().invoke(command, [ref, cand]).output
+    text = " ".join(CliRunner().invoke(command, [ref, cand]).output.split())  # unwrapped
     assert "tf_mismatch / near-tie / confident = 2 / 1 / 1" in text and "free run: the same 2 tokens" in text
     near = _dump(tmp_path / "near", [np.stack([CAND[0], REF[1], REF[2]]), _onehot(2)])
     assert CliRunner().invoke(command, [ref, near]).exit_code == 0  # a near-tie alone is within tolerance
