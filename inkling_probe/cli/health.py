@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import click
 
-from inkling_probe.cli.common import BadInput, console, emit_json
+from inkling_probe.cli.common import console
+from inkling_probe.cli.eval_output import conclude
 
 
 @click.command("health")
@@ -22,17 +23,9 @@ def command(ctx, gen_log, eos, max_run, ngram, max_repeat, as_json):
     but not honoured, runaway to the token cap, collapse, non-finite logits. Exit 1 when any response
     is unhealthy, 2 on bad input."""
     from inkling_probe.evals import health
-    from inkling_probe.evals.jsonl import EvalInputError
 
-    try:
-        summary = health.summarize(gen_log, list(eos), health.Limits(max_run, ngram, max_repeat))
-    except EvalInputError as e:
-        raise BadInput(str(e)) from None
-    if as_json:
-        emit_json(summary.to_dict())
-    else:
-        _print(summary)
-    ctx.exit(1 if summary.unhealthy else 0)
+    conclude(ctx, lambda: health.summarize(gen_log, list(eos), health.Limits(max_run, ngram, max_repeat)),
+             as_json, _print, lambda summary: bool(summary.unhealthy))
 
 
 def _print(summary) -> None:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import click
 
-from inkling_probe.cli.common import BadInput, console, emit_json, fmt
+from inkling_probe.cli.common import console, fmt
+from inkling_probe.cli.eval_output import conclude
 
 
 @click.command("paired")
@@ -23,17 +24,9 @@ def command(ctx, a, b, gate, seed, resamples, level, as_json):
     seed and pooled. Exit 0 when |delta| <= --gate, 1 when not, 2 on bad input.
     """
     from inkling_probe.evals import paired
-    from inkling_probe.evals.jsonl import EvalInputError
 
-    try:
-        report = paired.compare(paired.load(a), paired.load(b), gate, seed, resamples, level)
-    except EvalInputError as e:
-        raise BadInput(str(e)) from None
-    if as_json:
-        emit_json(report.to_dict())
-    else:
-        _print(report)
-    ctx.exit(0 if report.passed else 1)
+    conclude(ctx, lambda: paired.compare(paired.load(a), paired.load(b), gate, seed, resamples, level),
+             as_json, _print, lambda report: not report.passed)
 
 
 def _print(report) -> None:

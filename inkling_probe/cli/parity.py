@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import click
 
-from inkling_probe.cli.common import BadInput, console, emit_json
+from inkling_probe.cli.common import console
+from inkling_probe.cli.eval_output import conclude
 
 
 @click.command("parity")
@@ -22,19 +23,13 @@ def command(ctx, ref, cand, key, near_tie, strict, as_json):
     a near-tie or confident, the free-run divergence and collapse after it, and logit checksums.
     Exit 1 when a confident mismatch is found (any difference with --strict), 0 otherwise, 2 on bad input."""
     from inkling_probe.evals import parity
-    from inkling_probe.evals.jsonl import EvalInputError
 
-    try:
-        result = parity.compare(parity.load_steps(ref, key), parity.load_steps(cand, key), near_tie)
-    except EvalInputError as e:
-        raise BadInput(str(e)) from None
-    d = result.to_dict()
-    if as_json:
-        emit_json({"ref": ref, "cand": cand, "key": key, **d})
-    else:
-        _print(ref, cand, d)
-    failed = d["confident"] > 0 or (strict and (d["tf_mismatch"] > 0 or d["free_run"]["diverged_at"] is not None))
-    ctx.exit(1 if failed else 0)
+    def failed(result) -> bool:
+        return result.count("confident") > 0 or (strict and bool(result.mismatches or result.diverged_at is not None))
+
+    conclude(ctx, lambda: parity.compare(parity.load_steps(ref, key), parity.load_steps(cand, key), near_tie),
+             as_json, lambda result: _print(ref, cand, result.to_dict()), failed,
+             lambda result: {"ref": ref, "cand": cand, "key": key, **result.to_dict()})
 
 
 def _print(ref: str, cand: str, d: dict) -> None:
