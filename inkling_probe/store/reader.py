@@ -53,7 +53,7 @@ class Dump:
             rows.extend({**r, "_segment": len(self.segments) - 1} for r in seg_rows)
         rows, self.dp_size, attn_size = (rows, 1, None) if dp_raw else dp.global_rows(rows)
         self.world_size = attn_size or max(s.world_size for s in self.segments)
-        self.ranks = sorted({s.rank for s in self.segments})
+        self.ranks = list(range(attn_size)) if attn_size else sorted({s.rank for s in self.segments})
         rows.sort(key=lambda r: (r["step"], r["seq"], r["rank"]))
         self._rows = rows
         self._by_key: dict[str, list[dict]] = defaultdict(list)
