@@ -36,6 +36,40 @@ class _Capture:
         self.include = glob_patterns(include)
         self.name_map = name_map
         self.token_dim = token_dim
+        self.batch_tokens: tuple[int, int] | None = None  # (B, T) of the root's input, for "auto"
+
+    def learn_shape(self, module, args, kwargs):
+        """Remember (B, T) from the root's first [B, T] integer input (or [B, T, H] embeddings)."""
+        found = None
+        for v in list(args) + list(kwargs.values()):
+            if isinstance(v, torch.Tensor) and v.dim() == 2 and not v.is_floating_point():
+                found = tuple(v.shape)
+                break
+        if found is None:
+            emb = kwargs.get("inputs_embeds")
+            if isinstance(emb, torch.Tensor) and emb.dim() == 3:
+                found = tuple(emb.shape[:2])
+        self.batch_tokens = found or self.batch_tokens
+
+    def layout(self, t: torch.Tensor) -> tuple[int | None, dict]:
+        """(token_dim, meta) of one tensor: the recorded honest token dim of ``token_dim="auto"``.
+
+        ``[B, T, ...]`` -> dim 1 (batch dim 0); ``[B, heads, T, ...]`` -> dim 2; ``[B*T, ...]``
+        (tokens flattened, as MoE internals are) -> dim 0 with ``batch`` = B; anything else has no
+        token dim (never sliced, compared as a whole)."""
+        if self.token_dim != "auto":
+            return self.token_dim, {}
+        if self.batch_tokens is None or t.dim() == 0:
+            return None, {}
+        b, n = self.batch_tokens
+        s = tuple(t.shape)
+        if len(s) >= 2 and s[0] == b and s[1] == n:
+            return 1, {"batch_dim": 0}
+        if len(s) >= 3 and s[0] == b and s[2] == n:
+            return 2, {"batch_dim": 0}
+        if s[0] == b * n:
+            return 0, ({"batch": b} if b > 1 else {})
+        return None, {}
 
     def wanted(self, path: str) -> bool:
         return not self.include or matches_any(path, self.include)
@@ -43,7 +77,8 @@ class _Capture:
     def emit(self, key: str, tensor: torch.Tensor) -> None:
         name = self.name_map.apply(key) if self.name_map is not None else key
         if name:
-            sink.probe(name, tensor, token_dim=self.token_dim)
+            token_dim, meta = self.layout(tensor)
+            sink.probe(name, tensor, token_dim=token_dim, **meta)
 
     def pre_hook(self, path: str):
         def hook(module, args, kwargs):
@@ -62,15 +97,17 @@ class _Capture:
 
 @contextlib.contextmanager
 def record(module: torch.nn.Module, path=None, include=None, inputs: bool = True, name_map=None,
-           token_dim: int | None = 0, **settings):
+           token_dim: int | str | None = "auto", **settings):
     """Record every matching submodule's outputs (and inputs) while the block runs.
 
     ``path`` is the dump directory; with ``path=None`` the already active recorder (from
     ``INKLING_PROBE`` or an enclosing :func:`inkling_probe.recording`) is used. ``include`` holds
     module-path globs (before the name map). ``name_map`` is a :class:`NameMap`, a TOML path or a
-    shipped map's name. ``token_dim`` is where a token slice (``INKLING_PROBE_TOKENS``) applies:
-    1 for batch-first models such as transformers' (``[B, T, ...]``). Hooks are removed on exit,
-    also when the block raises.
+    shipped map's name. ``token_dim`` is each tensor's token dim (where a token slice,
+    ``INKLING_PROBE_TOKENS``, applies and rows are compared): ``"auto"`` (default) finds it per
+    tensor from the root's ``[B, T]`` input (``[B, T, ...]`` -> 1, ``[B, heads, T, ...]`` -> 2,
+    token-flattened ``[B*T, ...]`` -> 0, else none); an int forces one dim for every tensor. Hooks
+    are removed on exit, also when the block raises.
     """
     from inkling_probe.namemap import NameMap
 
@@ -82,6 +119,7 @@ def record(module: torch.nn.Module, path=None, include=None, inputs: bool = True
         elif not sink.enabled():
             raise RuntimeError("record(module) without a path needs recording on (INKLING_PROBE or recording())")
         try:
+            handles.append(module.register_forward_pre_hook(capture.learn_shape, with_kwargs=True))
             for mpath, sub in module.named_modules():
                 if not capture.wanted(mpath):
                     continue

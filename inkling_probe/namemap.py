@@ -30,6 +30,7 @@ class NameMap:
 
     def __init__(self, rules: list[Rule], drop_unmatched: bool = False, source: str = "<rules>"):
         self.rules = rules
+        self.decisions: list[str] = []  # key globs (after the map) that are routing decisions
         self.drop_unmatched = drop_unmatched
         self.source = source
         self._cache: dict[str, str | None] = {}
@@ -63,10 +64,15 @@ class NameMap:
                 rules.append(Rule(re.compile(item["match"]), item["to"]))
             except re.error as e:
                 raise SettingsError(f"{source}: rule {i + 1} match {item['match']!r}: {e}") from None
-        unknown = set(doc) - {"rule", "drop_unmatched", "description"}
+        unknown = set(doc) - {"rule", "drop_unmatched", "description", "decisions"}
         if unknown:
             raise SettingsError(f"{source}: unknown top-level key {sorted(unknown)[0]!r}")
-        return cls(rules, bool(doc.get("drop_unmatched", False)), source)
+        nm = cls(rules, bool(doc.get("drop_unmatched", False)), source)
+        decisions = doc.get("decisions", [])
+        if not isinstance(decisions, list) or not all(isinstance(d, str) for d in decisions):
+            raise SettingsError(f"{source}: 'decisions' must be a list of key globs (after the map)")
+        nm.decisions = decisions
+        return nm
 
     def apply(self, key: str) -> str | None:
         """The renamed key, the key itself when no rule matches, or None when it is dropped."""

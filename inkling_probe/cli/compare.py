@@ -4,6 +4,8 @@ Exit status: 0 within tolerance, 1 a divergence was found, 2 bad input (one line
 """
 from __future__ import annotations
 
+import math
+
 import click
 
 from inkling_probe.cli.common import BadInput, console, emit_json, fmt, open_dump
@@ -26,16 +28,25 @@ METRICS = ("rel_rms", "cosine", "max_abs", "max_rel", "outside")
 @click.option("-k", "k", type=float, default=2.0, show_default=True, help="Allowed multiple of the control's floor.")
 @click.option("--include", multiple=True, help="Only keys matching this glob (after --map); repeatable.")
 @click.option("--step", "steps", type=int, multiple=True, help="Only this step; repeatable.")
-@click.option("--diverged-only", is_flag=True, help="Table rows: only diverged keys (and the culprit).")
-@click.option("--no-explain", is_flag=True, help="Skip the hypotheses (explain) on the culprit.")
+@click.option("--all", "all_rows", is_flag=True, help="Table rows: every key (default: diverged keys and culprits).")
+@click.option("--diverged-only", is_flag=True, hidden=True, help="The default now; kept for old scripts.")
+@click.option("--no-explain", is_flag=True, help="Skip the hypotheses (explain) on the culprits.")
+@click.option("--explain", "explain_keys", multiple=True, metavar="KEY",
+              help="Also explain KEY (whatever its status); repeatable.")
+@click.option("--decision", "decisions", multiple=True, metavar="GLOB",
+              help="Keys that are routing decisions (top-k ids), besides those the dump or map declares.")
+@click.option("--ref-row", type=int, default=None, help="REF ran a batch: compare its batch row N.")
+@click.option("--cand-row", type=int, default=None, help="CAND ran a batch: compare its batch row N.")
+@click.option("--confirm", is_flag=True,
+              help="Replay each culprit that has recorded inputs with the candidate module (needs --ckpt).")
 @click.option("--replay", "replay_key", default=None,
               help="Also run the candidate module KEY on REF's recorded inputs (needs --ckpt).")
 @click.option("--ckpt", type=click.Path(), default=None, help="Candidate checkpoint dir for --replay.")
 @click.option("--factory", default=None,
               help="MODULE:FUNCTION or registered name building the --replay module (default: the registered one).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def command(ref, cand, control, name_map, metric, threshold, k, include, steps, diverged_only, no_explain,
-            replay_key, ckpt, factory, as_json):
+def command(ref, cand, control, name_map, metric, threshold, k, include, steps, all_rows, diverged_only, no_explain,
+            explain_keys, decisions, ref_row, cand_row, confirm, replay_key, ckpt, factory, as_json):
     """Compare dump CAND against dump REF: the first divergence, the culprit and why.
 
     Keys align through --map, by step, call and token (the common tokens when the runs batched
@@ -46,15 +57,19 @@ def command(ref, cand, control, name_map, metric, threshold, k, include, steps, 
 
     if metric == "max_abs" and threshold is None and control is None:
         raise BadInput("--metric max_abs has no dtype default: pass --threshold or --control")
-    if replay_key and not ckpt:
-        raise BadInput("--replay needs --ckpt (the candidate's checkpoint dir)")
+    if (replay_key or confirm) and not ckpt:
+        raise BadInput(f"{'--replay' if replay_key else '--confirm'} needs --ckpt (the candidate's checkpoint dir)")
+    if threshold is not None and not (math.isfinite(threshold) and threshold >= 0):
+        raise BadInput(f"--threshold {threshold}: must be a finite number >= 0")
     dumps = [open_dump(p) for p in (ref, cand)] + ([open_dump(control)] if control else [])
     try:
         with _progress(not as_json) as progress:
             report = compare(dumps[0], dumps[1], dumps[2] if control else None, name_map=name_map, metric=metric,
                              threshold=threshold, k=k, include=include or None, steps=set(steps) or None,
-                             explain=not no_explain, progress=progress)
+                             explain=not no_explain, explain_keys=explain_keys, decisions=decisions,
+                             ref_row=ref_row, cand_row=cand_row, progress=progress)
         replayed = _replay(replay_key, ckpt, factory, dumps[0]) if replay_key else None
+        confirmed = _confirm(report, ckpt, factory, dumps[0]) if confirm else None
     except ProbeError as e:
         raise BadInput(str(e).splitlines()[0]) from None
     finally:
@@ -64,11 +79,40 @@ def command(ref, cand, control, name_map, metric, threshold, k, include, steps, 
         doc = report.to_dict()
         if replayed is not None:
             doc["replay"] = replayed
+        if confirmed is not None:
+            doc["confirm"] = confirmed
         emit_json(doc)
     else:
-        render(console(), report, diverged_only, replayed)
-    if report.diverged or (replayed is not None and replayed["diverged"]):  # SystemExit, not ctx.exit: standalone_mode=False would turn Exit into a return value
+        from inkling_probe.views.terminal import render
+
+        out = console()
+        render(out, report, all_rows, replayed)
+        for c in confirmed or []:
+            out.print(f"  confirm {c['key']}: {c['verdict']}", markup=False)
+    if report.diverged or report.unchecked or (replayed is not None and replayed["diverged"]):  # SystemExit, not ctx.exit: standalone_mode=False would turn Exit into a return value
         raise SystemExit(1)
+
+
+def _confirm(report, ckpt, factory, ref_dump) -> list[dict]:
+    """Replay every culprit with recorded inputs: the candidate module on the reference's inputs."""
+    from inkling_probe.cli.replay import run_replay
+
+    out = []
+    for c in report.culprits:
+        if not any(".in." in f for f in c.feeders):
+            out.append({"key": c.key, "step": c.step, "confirmed": None,
+                        "verdict": "not replayed: no recorded inputs (record with inputs=True)"})
+            continue
+        try:
+            res, doc, _ = run_replay(ref_dump, c.key, ckpt, factory, step=c.step)
+        except click.ClickException as e:
+            out.append({"key": c.key, "step": c.step, "confirmed": None, "verdict": f"not replayed: {e.message}"})
+            continue
+        ok = bool(doc.get("diverged"))
+        out.append({"key": c.key, "step": c.step, "confirmed": ok, "replay": doc,
+                    "verdict": "confirmed: the candidate module alone diverges on the reference's inputs" if ok
+                    else "NOT confirmed: the candidate module matches on the reference's inputs"})
+    return out
 
 
 def _replay(key, ckpt, factory, ref_dump) -> dict:
@@ -102,93 +146,3 @@ class _progress:
     def __exit__(self, *exc):
         if self.bar is not None:
             self.bar.__exit__(*exc)
-
-
-# -- the human view: a table in execution order, then the verdict -----------------------------
-_SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64", "int64": "i64",
-          "int32": "i32", "bool": "bool", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2",
-          "float4_e2m1fn_x2": "fp4x2", "uint8": "u8"}
-
-
-def _cells(r, marks: dict) -> list[str]:
-    m = r.metrics
-    ref, cand = _SHORT.get(r.ref_dtype, r.ref_dtype), _SHORT.get(r.cand_dtype, r.cand_dtype)
-    mark = marks.get(id(r), "")
-    key = r.key + ("" if r.against == "reference" else " (vs control)")
-    return [key, str(r.step), "x".join(map(str, r.shape)), ref if ref == cand else f"{ref}/{cand}",
-            fmt(m.rel_rms if m else None, 3), fmt(m.max_abs if m else None, 3), fmt(r.floor, 3),
-            fmt(r.threshold, 3), fmt(r.score, 3), fmt(r.jump, 3), mark or r.status, r.note]
-
-
-def _style(r, report) -> str | None:
-    if r is report.culprit:
-        return "bold red"
-    if r is report.first_divergence:
-        return "bold yellow"
-    return "red" if r.diverged else None
-
-
-def render(out, report, diverged_only: bool = False, replayed=None) -> None:
-    from rich.table import Table
-
-    marks = {}
-    if report.first_divergence is not None:
-        marks[id(report.first_divergence)] = "FIRST"
-    if report.culprit is not None:
-        marks[id(report.culprit)] = "CULPRIT" + (",FIRST" if report.culprit is report.first_divergence else "")
-    table = Table(title=f"{report.cand} vs {report.ref}" + (f" (control {report.control})" if report.control else ""),
-                  show_lines=False)
-    table.add_column("key", overflow="fold", min_width=28, max_width=44)  # long keys wrap; numbers are never cut
-    for name, width in (("step", 4), ("shape", 8), ("dtype", 4)):
-        table.add_column(name, no_wrap=True, min_width=width)
-    for name in ("rel_rms", "max_abs", "floor", "threshold", "score", "jump"):
-        table.add_column(name, justify="right", no_wrap=True, min_width=8)
-    table.add_column("status", no_wrap=True, min_width=8)
-    table.add_column("note", overflow="fold", min_width=10, ratio=1)
-    rows = report.rows + report.control_rows
-    for r in rows:
-        if diverged_only and not (r.diverged or id(r) in marks):
-            continue
-        table.add_row(*_cells(r, marks), style=_style(r, report))
-    out.print(table)
-    _verdict(out, report, replayed)
-
-
-def _verdict(out, report, replayed) -> None:
-    from rich.markup import escape
-
-    metric = report.metric
-    if report.first_divergence is None and not report.diverged:
-        out.print(f"[green]within tolerance[/green]: {len(report.rows)} keys, metric {metric}")
-    fd, cu = report.first_divergence, report.culprit
-    if fd is not None:
-        out.print(f"[bold yellow]first divergence[/bold yellow]: {escape(fd.key)} step {fd.step} "
-                  f"({metric} {fmt(fd.error)} > threshold {fmt(fd.threshold)})")
-    if cu is not None:
-        out.print(f"[bold red]culprit[/bold red]: {escape(cu.key)} step {cu.step}: error born here "
-                  f"(score {fmt(cu.score)}, inputs {fmt(cu.score_in)}, jump {fmt(cu.jump)})")
-    for e in report.explanations:
-        against = "" if e["against"] == "reference" else " (vs control)"
-        for f in e["findings"] or [{"summary": "no hypothesis holds"}]:
-            out.print(f"  [cyan]explain[/cyan] {escape(e['key'] + against)}: {escape(f['summary'])}")
-    for f in report.rank_findings:
-        extra = f" (rel_rms {fmt(f.get('rel_rms'))})" if f.get("rel_rms") is not None else ""
-        text = f"{f['dump']} {f['key']} step {f['step']}: {f['note']}{extra}"
-        out.print(f"  [magenta]ranks[/magenta] {escape(text)}")
-    _listing(out, "only in the reference", report.only_ref)
-    _listing(out, "only in the candidate", report.only_cand)
-    if replayed is not None:
-        for line in replayed.get("lines", []):
-            out.print(f"  [blue]replay[/blue] {escape(line)}")
-
-
-def _listing(out, what: str, items, limit: int = 12) -> None:
-    """Keys on one side only; recorded module inputs (``.in.``) are counted, not listed."""
-    if not items:
-        return
-    keys = [(k, s) for k, s in items if ".in." not in k and not k.startswith("in.")]
-    inputs = len(items) - len(keys)
-    shown = ", ".join(f"{k}@{s}" for k, s in keys[:limit])
-    more = f" ... {len(keys) - limit} more" if len(keys) > limit else ""
-    tail = f"{'; ' if keys else ''}{inputs} recorded module inputs (KEY.in.*)" if inputs else ""
-    out.print(f"{what} ({len(items)}): {shown}{more}{tail}", markup=False)

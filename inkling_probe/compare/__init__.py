@@ -9,6 +9,13 @@
 from inkling_probe.compare.engine import compare
 from inkling_probe.compare.explain import Context, Finding, explain
 from inkling_probe.compare.metrics import Metrics, compare_tensors
-from inkling_probe.compare.replay import replay  # noqa: E402 (the function shadows its module's name)
 
 __all__ = ["compare", "compare_tensors", "explain", "Metrics", "Context", "Finding", "replay"]
+
+
+def __getattr__(name):  # replay needs torch: loaded on first use only
+    if name == "replay":
+        from inkling_probe.compare.replay import replay
+        globals()["replay"] = replay  # the import set the submodule here: the function wins
+        return replay
+    raise AttributeError(f"module 'inkling_probe.compare' has no attribute {name!r}")

@@ -1,45 +1,70 @@
 """First divergence and attribution: where the error is born, not where it is first big.
 
-Each row has a score ``s = error / threshold`` (> 1: diverged). The keys feeding a row are the
-rows before it in the same layer (same step) and the last row of the previous layer (the residual
-stream it reads); across steps the last row of the previous step feeds the next (decode reads the
-cache). ``score_in`` is the largest score among them and
+Each row has a score ``s = error / allowance`` (> 1: diverged), the larger of its tensor-wide
+score and its worst token row's score. A row's **feeders** are the keys it is computed from:
 
-    jump = s / max(score_in, 1)
+- its recorded inputs (``<key>.in.*``, from ``record(..., inputs=True)``) when they exist;
+- otherwise the rows before it in the same layer and step, and the last row of the layer run
+  before (the residual stream it reads); the first row of a step is fed by the last row of the
+  step before (decode reads the cache).
 
-so a row whose inputs are within tolerance has ``jump = s``, and a row that merely carries an
-upstream error forward has ``jump ~ 1``. The first divergence is the first diverged row in execution
-order; the culprit is the diverged row with the largest jump (the earliest on ties): the op where
-the error is born. A row can only be the culprit with ``jump > 1``.
+``score_in`` is the largest feeder score and ``jump = s / max(score_in, 1)``. A diverged row is
+**born** (a culprit) when
 
-Decisions (integer keys such as top-k expert ids) are discontinuous: a small upstream error can
-flip one and its "jump" then measures nothing but the flip. A decision whose inputs were already
-off (``score_in > 1``) is therefore a consequence, never the culprit; one that changed while its
-inputs were within tolerance can be.
+1. its inputs are clean: no feeder is *tainted* (``born = "clean_inputs"``). A row is tainted
+   when it diverged, or when a feeder is tainted and its own score is still at least DECAY (0.5)
+   of its allowance: an upstream error that persists, even just under the allowance, explains
+   what follows it; one that has faded below half the allowance no longer does; or
+2. its error is far beyond what its inputs carry (``jump >= INDEPENDENT``, 8): a second,
+   independent error on top of an upstream one (``born = "independent"``).
+
+A routing decision is never born from diverged inputs (a flip is then a consequence), nor from
+near-tie flips (those are the router's input noise; measure them, don't blame them). With a
+control the allowance is K x the control's error at the key, so an op that amplifies its input
+error (a renormalisation, a softmax) amplifies the control's error alike: its jump stays ~1 and
+it is not blamed. Culprits are ranked: the born-from-clean-inputs rows in execution order (the
+earliest step first: across decode steps error is born where it first shows, not where it is
+largest), then the independent ones by jump. ``jump`` is kept as a column, not as the rule.
 """
 from __future__ import annotations
 
 import math
 
-from inkling_probe.compare.measure import is_decision
 from inkling_probe.compare.report import Row
+
+INDEPENDENT = 8.0
+DECAY = 0.5
 
 
 def attribute(rows: list[Row]) -> None:
-    """Fill ``score_in`` and ``jump`` of rows given in execution order (scores already set)."""
-    layer_scores: list[float] = []  # scores of the rows so far in the current layer run
+    """Fill ``feeders``, ``score_in``, ``jump`` and ``born`` of rows in execution order."""
+    by_key: dict[tuple, Row] = {}
+    tainted: set[int] = set()
+    layer_rows: list[Row] = []
     current = object()
-    last_prev = 0.0  # score of the last row of the previous run
+    last_prev: Row | None = None
     for row in rows:
         run = (row.step, row.layer)
         if run != current:
-            if layer_scores:
-                last_prev = layer_scores[-1]
-            layer_scores, current = [], run
-        feeding = layer_scores + [last_prev]
-        row.score_in = max(feeding)
+            if layer_rows:
+                last_prev = layer_rows[-1]
+            layer_rows, current = [], run
+        feeders = _recorded_inputs(row, by_key) or layer_rows + ([last_prev] if last_prev else [])
+        row.feeders = [f.key for f in feeders][-8:]
+        row.score_in = max((f.score for f in feeders if f.status != "skipped"), default=0.0)
         row.jump = _jump(row.score, row.score_in)
-        layer_scores.append(row.score)
+        dirty = any(id(f) in tainted for f in feeders)
+        row.born = _born(row, dirty)
+        if row.diverged or (dirty and row.score >= DECAY):
+            tainted.add(id(row))
+        if not row.key.rsplit(".", 2)[-2:-1] == ["in"]:
+            layer_rows.append(row)
+        by_key[(row.key, row.step, row.call)] = row
+
+
+def _recorded_inputs(row: Row, by_key: dict) -> list[Row]:
+    prefix = row.key + ".in."
+    return [r for (k, s, c), r in by_key.items() if s == row.step and k.startswith(prefix)]
 
 
 def _jump(score: float, score_in: float) -> float:
@@ -49,21 +74,30 @@ def _jump(score: float, score_in: float) -> float:
     return score / den
 
 
+def _born(row: Row, dirty: bool) -> str:
+    if not row.diverged:
+        return ""
+    if row.decision and (dirty or not row.clear_flips):
+        return ""
+    if not dirty:
+        return "clean_inputs"
+    if row.jump >= INDEPENDENT:
+        return "independent"
+    return ""
+
+
 def first_divergence(rows: list[Row]) -> Row | None:
     return next((r for r in rows if r.diverged), None)
 
 
+def culprits(rows: list[Row]) -> list[Row]:
+    """Every born row, ranked (module docstring)."""
+    clean = [r for r in rows if r.born == "clean_inputs"]
+    independent = sorted((r for r in rows if r.born == "independent"), key=lambda r: -r.jump)
+    return clean + independent
+
+
 def culprit(rows: list[Row]) -> Row | None:
-    """The diverged row with the largest jump (> 1), the earliest on ties; decisions fed by an
-    already-diverged input are skipped."""
-    best = None
-    for r in rows:
-        if not r.diverged or r.jump <= 1.0 or (_is_decision(r) and r.score_in > 1.0):
-            continue
-        if best is None or r.jump > best.jump:
-            best = r
-    return best
-
-
-def _is_decision(row: Row) -> bool:
-    return bool(row.ref_dtype) and is_decision(row.ref_dtype)
+    """The top-ranked culprit."""
+    ranked = culprits(rows)
+    return ranked[0] if ranked else None

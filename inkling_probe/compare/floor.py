@@ -1,66 +1,65 @@
-"""How much error is expected per key: the noise floor and the divergence threshold.
+"""How much error is expected per key: the noise floor and the divergence allowance.
 
 With a control dump (a second reference differing from the reference only in a benign factor:
 fp32 vs bf16, TP=1 vs TP=2, batch 1 vs 8) the floor of a key is the control's error against the
-reference, and a candidate key diverges where its error exceeds ``max(threshold, K * floor)``
-(``K = 2`` by default). A benign candidate differs from the reference the way the control does,
-so its error sits near 1x the floor (measured: NVFP4 at TP=2 against a TP=1 NVFP4 control, see
-docs/COMPARE.md); 2x leaves room for fluctuation and a second benign factor. The raw-input_amax
-bug stands at 3x on the tiny random model (0.74 vs 0.25) and 7.8x on the production model (0.62 vs
-0.08): K = 4 would miss the first.
+reference, and the allowance is evidence alone:
 
-Without a control (and for keys the control lacks) the threshold is a dtype-aware default:
+    allowance = max(K * floor, MIN_ABS[precision])        (K = 2)
 
-    threshold = BASE[precision] * sqrt(1 + depth)          (metric rel_rms)
+A benign candidate differs from the reference the way the control does, so its error sits near
+1x the floor; 2x leaves room for fluctuation and a second benign factor. ``MIN_ABS`` is a small
+absolute minimum (the fp32 default below). Where the control is bit-identical to the reference
+(floor 0: e.g. the layers before the first quantized one) it measured nothing, and the dtype
+default applies there.
+
+Without a control (and for keys the control lacks) the allowance is a dtype-aware default:
+
+    allowance = BASE[precision] * sqrt(1 + depth)          (metric rel_rms)
 
 - ``precision`` is the coarsest float dtype seen so far in execution order on either side: once
   bf16 enters, everything downstream carries bf16 noise, even tensors recorded in fp32.
 - ``BASE`` is 4 x the dtype's machine epsilon (bf16: 0.031, fp16: 0.0039), but at least 1e-5 for
   fp32 (different kernels and reduction orders) and 1e-12 for fp64.
-- ``depth`` is the layer position (0 before the first layer, i + 1 in the (i+1)-th layer seen,
-  one more after the last): rounding error compounds through layers, roughly like a random walk.
+- ``depth`` is the layer position (0 before the first layer, i + 1 in the (i+1)-th layer seen):
+  rounding error compounds through layers, roughly like a random walk.
 
-On transformers' Inkling (tiny, random weights) bf16 vs fp32 gives rel_rms 0.003-0.012 on every
-key once routing flips are set aside (error.py), under these thresholds by 3x or more.
-Integer keys (top-k indices) diverge when the fraction of token rows that changed exceeds the same
-threshold; other metrics scale it as in :func:`default_threshold`.
+Measured benign pairs and their margins are in docs/COMPARE.md. Dtypes are handled by name, so
+nothing here needs torch.
 """
 from __future__ import annotations
 
 import math
 
-import torch
-
-from inkling_probe.store.dtypes import FP4X2
-
 K_DEFAULT = 2.0
-_MIN_BASE = {torch.float64: 1e-12, torch.float32: 1e-5}
+EPS = {"float64": 2.0 ** -52, "float32": 2.0 ** -23, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7,
+       "float8_e4m3fn": 2.0 ** -3, "float8_e4m3fnuz": 2.0 ** -3, "float8_e5m2": 2.0 ** -2,
+       "float8_e5m2fnuz": 2.0 ** -2, "float8_e8m0fnu": 1.0, "float4_e2m1fn_x2": 0.5}
+_MIN_BASE = {"float64": 1e-12, "float32": 1e-5}
 
 
-def precision_rank(dtype: torch.dtype) -> float:
-    """The dtype's epsilon (larger = coarser); 0 for non-floats."""
-    if dtype is FP4X2:
-        return 0.5
-    if not dtype.is_floating_point:
-        return 0.0
-    return float(torch.finfo(dtype).eps)
+def _name(dtype) -> str | None:
+    return None if dtype is None else str(dtype).removeprefix("torch.")
 
 
-def coarsest(*dtypes: torch.dtype | None) -> torch.dtype | None:
-    """The float dtype with the largest epsilon among ``dtypes`` (None when there is none)."""
-    floats = [d for d in dtypes if d is not None and precision_rank(d) > 0]
+def precision_rank(dtype) -> float:
+    """The dtype's epsilon (larger = coarser); 0 for non-floats. ``dtype``: a name (or torch dtype)."""
+    return EPS.get(_name(dtype), 0.0)
+
+
+def coarsest(*dtypes) -> str | None:
+    """The float dtype name with the largest epsilon among ``dtypes`` (None when there is none)."""
+    floats = [_name(d) for d in dtypes if d is not None and precision_rank(d) > 0]
     return max(floats, key=precision_rank) if floats else None
 
 
-def base_threshold(precision: torch.dtype | None) -> float:
+def base_threshold(precision) -> float:
     """BASE[precision] of the module docstring (fp32's when no float has been seen)."""
-    dtype = precision or torch.float32
-    eps = precision_rank(dtype)
-    return min(max(4.0 * eps, _MIN_BASE.get(dtype, 0.0)), 0.5)
+    name = _name(precision) or "float32"
+    return min(max(4.0 * precision_rank(name), _MIN_BASE.get(name, 0.0)), 0.5)
 
 
-def default_threshold(precision: torch.dtype | None, depth: int, metric: str = "rel_rms") -> float:
-    """The no-control threshold of a key at ``depth`` whose upstream precision is ``precision``."""
+def default_threshold(precision, depth: int, metric: str = "rel_rms") -> float:
+    """The no-control allowance of a key at ``depth`` whose upstream precision is ``precision``."""
     t = base_threshold(precision) * math.sqrt(1 + max(depth, 0))
     if metric in ("rel_rms", "mismatch", "outside"):
         return t
@@ -71,9 +70,26 @@ def default_threshold(precision: torch.dtype | None, depth: int, metric: str = "
     raise ValueError(f"metric {metric!r} has no dtype default: pass --threshold (or a --control)")
 
 
-def threshold(floor: float | None, default: float, user: float | None, k: float = K_DEFAULT) -> float:
-    """max(threshold, K * floor): ``user`` replaces the dtype default when given."""
-    base = user if user is not None else default
-    if floor is None or not math.isfinite(floor):
-        return base
-    return max(base, k * floor)
+def min_allowance(depth: int, metric: str = "rel_rms") -> float:
+    """The absolute minimum under a control: the fp32 default at ``depth``."""
+    if metric == "max_abs":
+        return 0.0
+    return default_threshold("float32", depth, metric)
+
+
+def threshold(floor: float | None, default: float, user: float | None, k: float = K_DEFAULT,
+              minimum: float = 0.0) -> float:
+    """The allowance of one key.
+
+    - ``user`` given: it replaces every default (``max(user, K * floor)`` with a control);
+    - a control floor: ``max(K * floor, minimum)``;
+    - a control that is bit-identical to the reference at the key (floor 0) measures no noise at
+      all, so it says nothing of the candidate's other benign factors: the dtype ``default``;
+    - no control: the dtype ``default``.
+    """
+    has_floor = floor is not None and math.isfinite(floor) and floor > 0
+    if user is not None:
+        return max(user, k * floor) if has_floor else user
+    if has_floor:
+        return max(k * floor, minimum)
+    return default

@@ -1,22 +1,21 @@
-"""Measure one aligned pair: load both tensors, conform their shapes, set aside routing flips,
-compute the metrics. One pair is in memory at a time (the streaming unit of compare).
+"""Measure one aligned pair: load both arrays, conform their shapes, set aside routing changes,
+compute the metrics and the per-row errors. One pair is in memory at a time (the streaming unit
+of compare). numpy only.
 
-Integer and bool keys (top-k expert ids, masks) are decisions: their error is the fraction of
-token rows that changed, and the rows that changed are set aside in the later keys of the same
-layer and step that have as many token rows (a token routed to other experts is expected to
-differ there; it is counted in the decision key, not again in every key after it). The set-aside
-rows take the reference's values, so indices stay those of the recorded tensor.
+Per-row error: along the token dim, row ``i``'s error is ``e_i = ||c_i - r_i|| / (||r|| / sqrt(n))``:
+the row's error relative to an average row, so a divergence confined to one token is judged on
+that token, not drowned in the tensor-wide average (and a near-zero row cannot blow up).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
+import numpy as np
 
 from inkling_probe.compare.align import Entry
 from inkling_probe.compare.conform import ShapeMismatch, conform, token_dim_of
 from inkling_probe.compare.metrics import Metrics, compare_tensors
-from inkling_probe.compare.values import is_packed_fp4
+from inkling_probe.compare.values import Values, as_float64
 from inkling_probe.errors import ProbeError
 
 
@@ -26,9 +25,12 @@ class Measured:
     metrics: Metrics | None = None
     error: float | None = None
     note: str = ""
-    changed_rows: list[int] | None = None  # decision keys: token rows that changed
     token_rows: int | None = None  # number of token rows (for matching set-aside rows)
+    row_errors: np.ndarray | None = None  # [n] e_i per token row (float keys with a token dim)
     masked: list[int] | None = None  # rows set aside here
+    ref: Values | None = None  # the conformed pair, kept only when the caller asks (decisions)
+    cand: Values | None = None
+    token_dim: int | None = None
 
 
 def same_bits(a: Entry, b: Entry) -> bool:
@@ -37,65 +39,73 @@ def same_bits(a: Entry, b: Entry) -> bool:
     return all(r["hash"] for r in a.rows + b.rows) and sig(a) == sig(b)
 
 
-def is_decision(dtype_name: str) -> bool:
-    return dtype_name.startswith(("int", "uint", "bool")) and dtype_name != "uint8"
+def load(dump, e: Entry) -> Values:
+    """The entry's values (numpy, stored type) with its original dtype name."""
+    return Values(dump.array(e.key, step=e.step, call=e.call), e.dtype)
 
 
-def load(dump, e: Entry) -> torch.Tensor:
-    return dump.tensor(e.key, step=e.step, call=e.call)
-
-
-def measure(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: float,
-            set_aside=lambda n: None) -> Measured:
-    """The pair's metrics; ``set_aside(n_rows)`` gives token rows to set aside (or None)."""
-    if same_bits(ref, cand):
-        n = ref.first["numel"]
-        if not is_decision(ref.dtype):
-            return Measured("exact", Metrics(numel=n), 0.0)
-        return Measured("exact", Metrics(numel=n), 0.0, changed_rows=[], token_rows=_token_rows(ref))
-    try:
-        r, c = load(ref_dump, ref), load(cand_dump, cand)
-    except ProbeError as e:
-        return Measured("unreadable", note=str(e).splitlines()[0])
-    try:
-        conf = conform(r, c, ref.first, cand.first)
-    except ShapeMismatch as e:
-        return Measured("shape", note=str(e))
-    r, c, td, note = conf.ref, conf.cand, conf.token_dim, conf.note
-    del conf
-    if is_decision(ref.dtype) and is_decision(cand.dtype):
-        out = _decision(r, c, td, rtol)
-        out.note = note
-        return out
-    out = Measured("ok", note=note)
-    if td is not None and not is_packed_fp4(c) and r.dim():
-        out.token_rows = r.shape[td]
-        rows = set_aside(r.shape[td])
-        if rows:
-            c = c.clone()
-            idx = torch.tensor(rows)
-            c.index_copy_(td, idx, r.index_select(td, idx).to(c.dtype))
-            out.masked = rows
-    atol = rtol * float(ref.first.get("rms") or 0.0)
-    out.metrics = compare_tensors(r, c, atol=atol, rtol=rtol)
-    out.error = out.metrics.error(metric)
-    return out
-
-
-def _token_rows(e: Entry) -> int | None:
+def token_rows(e: Entry) -> int | None:
     """Token rows of an entry from the index alone."""
     shape = e.global_shape()
     d = token_dim_of(shape, e.first.get("token_dim", 0))
     return shape[d] if d is not None else None
 
 
-def _decision(r: torch.Tensor, c: torch.Tensor, td: int | None, rtol: float) -> Measured:
-    m = compare_tensors(r, c, atol=0.0, rtol=0.0)
-    if td is None or r.dim() == 0:
-        return Measured("ok", m, m.mismatch, changed_rows=None)
-    differs = (r != c)
-    dims = [i for i in range(r.dim()) if i != td]
-    changed = (differs.any(dim=dims) if dims else differs).nonzero().flatten().tolist()
-    n = r.shape[td]
-    m.extra["changed_rows"] = changed
-    return Measured("ok", m, len(changed) / n if n else 0.0, changed_rows=changed, token_rows=n)
+def measure(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: float,
+            set_aside=lambda n: None, batch_rows=(None, None), keep=False) -> Measured:
+    """The pair's metrics; ``set_aside(n_rows)`` gives token rows to set aside (or None);
+    ``keep`` keeps the conformed arrays on the result (for decisions and explain)."""
+    if same_bits(ref, cand) and batch_rows == (None, None):
+        return Measured("exact", Metrics(numel=ref.first["numel"]), 0.0, token_rows=token_rows(ref))
+    try:
+        r, c = load(ref_dump, ref), load(cand_dump, cand)
+    except ProbeError as e:
+        return Measured("unreadable", note=str(e).splitlines()[0])
+    try:
+        conf = conform(r, c, ref.first, cand.first, *batch_rows)
+    except ShapeMismatch as e:
+        return Measured("shape", note=str(e))
+    r, c, td = conf.ref, conf.cand, conf.token_dim
+    out = Measured("ok", note=conf.note, token_dim=td)
+    if td is not None and not r.packed and r.array.ndim:
+        out.token_rows = r.array.shape[td]
+        rows = set_aside(out.token_rows)
+        if rows:
+            arr = np.array(c.array, copy=True)
+            idx = [slice(None)] * arr.ndim
+            idx[td] = rows
+            arr[tuple(idx)] = r.array[tuple(idx)]
+            c, out.masked = Values(arr, c.dtype), rows
+    atol = rtol * float(ref.first.get("rms") or 0.0)
+    out.metrics = compare_tensors(r, c, atol=atol, rtol=rtol)
+    out.error = out.metrics.error(metric)
+    if td is not None and not r.packed and r.array.ndim > 0 and out.metrics.nonfinite_mismatch == 0:
+        out.row_errors = row_errors(r, c, td)
+    if keep:
+        out.ref, out.cand = r, c
+    return out
+
+
+def row_errors(ref, cand, d: int) -> np.ndarray:
+    """e_i along dim ``d`` (finite positions only), in float64, one row block at a time."""
+    r_all, c_all = ref.array if isinstance(ref, Values) else ref, cand.array if isinstance(cand, Values) else cand
+    n = r_all.shape[d]
+    r_m, c_m = np.moveaxis(r_all, d, 0).reshape(n, -1), np.moveaxis(c_all, d, 0).reshape(n, -1)
+    per, total = np.zeros(n), 0.0
+    block = max(1, (1 << 19) // max(r_m.shape[1], 1))
+    for lo in range(0, n, block):
+        r = r_m[lo: lo + block].astype(np.float64)
+        c = c_m[lo: lo + block].astype(np.float64)
+        both = np.isfinite(r) & np.isfinite(c)
+        diff = np.where(both, c - r, 0.0)
+        r0 = np.where(both, r, 0.0)
+        per[lo: lo + block] = np.einsum("ij,ij->i", diff, diff)
+        total += float(np.einsum("ij,ij->", r0, r0))
+    if total == 0:
+        return np.where(per > 0, np.inf, 0.0)
+    return np.sqrt(per * n / total)
+
+
+def float_rows(v: Values, d: int) -> np.ndarray:
+    """``[n, ...]`` float64 values with the token dim first."""
+    return np.moveaxis(as_float64(v), d, 0)

@@ -17,9 +17,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-import torch
+import numpy as np
 
-from inkling_probe.compare.values import chunks, flat, unravel, value_shape, workspace
+from inkling_probe.compare.values import chunks, flat, from_any, unravel, value_shape
 
 METRICS = ("rel_rms", "cosine", "max_abs", "max_rel", "outside", "mismatch")
 
@@ -92,7 +92,6 @@ class _Acc:
     """Running float64 sums over chunks."""
 
     def __init__(self):
-        self.work = workspace()
         self.rr = self.cc = self.dd = self.rc = 0.0
         self.max_abs, self.max_at = -1.0, None
         self.ref_absmax = 0.0
@@ -101,69 +100,73 @@ class _Acc:
         self.first = {"ref": None, "cand": None}
         self.nonfinite_mismatch = 0
 
-    def add(self, start: int, r: torch.Tensor, c: torch.Tensor, atol: float, rtol: float) -> None:
-        if math.isfinite(float(r.sum())) and math.isfinite(float(c.sum())):  # no NaN/Inf in either
+    def add(self, start: int, r: np.ndarray, c: np.ndarray, atol: float, rtol: float) -> None:
+        with np.errstate(invalid="ignore", over="ignore"):
+            finite = np.isfinite(r.sum()) and np.isfinite(c.sum())
+        if finite:
             self._add_finite(start, r, c, atol, rtol)
         else:
             self._add_general(start, r, c, atol, rtol)
 
     def _add_finite(self, start, r, c, atol, rtol) -> None:
-        """The common case in few passes into preallocated buffers: no masks needed."""
-        w = self.work
-        n = r.numel()
-        d = torch.sub(c, r, out=w.d[:n])
-        self.rr += float(torch.dot(r, r))
-        self.cc += float(torch.dot(c, c))
-        self.rc += float(torch.dot(r, c))
-        self.dd += float(torch.dot(d, d))
-        ad = torch.abs(d, out=d)
+        """The common case in few passes: no masks needed."""
+        d = c - r
+        self.rr += float(r @ r)
+        self.cc += float(c @ c)
+        self.rc += float(r @ c)
+        self.dd += float(d @ d)
+        ad = np.abs(d, out=d)
         self._max(start, ad, r)
-        self.unequal += int(torch.count_nonzero(ad))
-        tol = torch.abs(r, out=w.t[:n]).mul_(rtol).add_(atol)
-        self.outside += int(torch.count_nonzero(torch.gt(ad, tol, out=w.b[:n])))
+        self.unequal += int(np.count_nonzero(ad))
+        tol = np.abs(r)
+        tol *= rtol
+        tol += atol
+        self.outside += int(np.count_nonzero(ad > tol))
 
     def _max(self, start, ad, r) -> None:
-        if not ad.numel():
+        if not ad.size:
             return
         i = int(ad.argmax())
         if float(ad[i]) > self.max_abs:
             self.max_abs, self.max_at = float(ad[i]), start + i
-        lo, hi = torch.aminmax(r)
-        self.ref_absmax = max(self.ref_absmax, -float(lo), float(hi))
+        self.ref_absmax = max(self.ref_absmax, float(np.abs(r).max()))
 
     def _add_general(self, start, r, c, atol, rtol) -> None:
-        rf, cf = torch.isfinite(r), torch.isfinite(c)
+        rf, cf = np.isfinite(r), np.isfinite(c)
         for side, x, fin in (("ref", r, rf), ("cand", c, cf)):
-            self.counts[f"{side}_nan"] += int(torch.count_nonzero(torch.isnan(x)))
-            self.counts[f"{side}_inf"] += int(torch.count_nonzero(torch.isinf(x)))
-            if self.first[side] is None and not bool(fin.all()):
-                self.first[side] = start + int((~fin).nonzero()[0, 0])
+            self.counts[f"{side}_nan"] += int(np.count_nonzero(np.isnan(x)))
+            self.counts[f"{side}_inf"] += int(np.count_nonzero(np.isinf(x)))
+            if self.first[side] is None and not fin.all():
+                self.first[side] = start + int(np.flatnonzero(~fin)[0])
         both = rf & cf
-        same_special = (~rf & ~cf) & ((torch.isnan(r) & torch.isnan(c)) | (r == c))
-        odd = int(torch.count_nonzero(~both & ~same_special))
+        with np.errstate(invalid="ignore"):
+            same_special = (~rf & ~cf) & ((np.isnan(r) & np.isnan(c)) | (r == c))
+        odd = int(np.count_nonzero(~both & ~same_special))
         self.nonfinite_mismatch += odd
-        r0, c0 = torch.where(both, r, 0.0), torch.where(both, c, 0.0)  # [n] finite-only values
+        r0, c0 = np.where(both, r, 0.0), np.where(both, c, 0.0)  # [n] finite-only values
         d = c0 - r0
         self.rr += float(r0 @ r0)
         self.cc += float(c0 @ c0)
         self.dd += float(d @ d)
         self.rc += float(r0 @ c0)
-        ad = d.abs()
+        ad = np.abs(d)
         self._max(start, ad, r0)
-        self.outside += int(torch.count_nonzero(ad > atol + rtol * r0.abs())) + odd
-        self.unequal += int(torch.count_nonzero(both & (c != r))) + odd
+        self.outside += int(np.count_nonzero(ad > atol + rtol * np.abs(r0))) + odd
+        self.unequal += int(np.count_nonzero(both & (c != r))) + odd
 
 
-def compare_tensors(ref: torch.Tensor, cand: torch.Tensor, atol: float = 0.0, rtol: float = 0.0) -> Metrics:
-    """Metrics of ``cand`` against ``ref`` (same number of values; any dtypes; float64 sums)."""
-    shape = value_shape(ref)
-    r, c = flat(ref), flat(cand)
-    if r.numel() != c.numel():
-        raise ValueError(f"shapes differ: reference {list(shape)} vs candidate {list(value_shape(cand))}")
+def compare_tensors(ref, cand, atol: float = 0.0, rtol: float = 0.0) -> Metrics:
+    """Metrics of ``cand`` against ``ref`` (numpy arrays, :class:`Values` or torch tensors with the
+    same number of values; any dtypes; float64 sums)."""
+    rv, cv = from_any(ref), from_any(cand)
+    shape = value_shape(rv)
+    r, c = flat(rv), flat(cv)
+    if r.size != c.size:
+        raise ValueError(f"shapes differ: reference {list(shape)} vs candidate {list(value_shape(cv))}")
     acc = _Acc()
-    for start, rc, cc in chunks(r, c, acc.work):
+    for start, rc, cc in chunks(r, c):
         acc.add(start, rc, cc, atol, rtol)
-    return _finish(acc, r.numel(), shape, atol, rtol)
+    return _finish(acc, r.size, shape, atol, rtol)
 
 
 def _finish(acc: _Acc, n: int, shape, atol: float, rtol: float) -> Metrics:
@@ -199,6 +202,6 @@ def _cosine(rc: float, rr: float, cc: float) -> float:
     return max(-1.0, min(1.0, rc / math.sqrt(rr * cc)))
 
 
-def rel_rms(ref: torch.Tensor, cand: torch.Tensor) -> float:
+def rel_rms(ref, cand) -> float:
     """``||c - r|| / ||r||`` in float64 (the conventions of :class:`Metrics`)."""
     return compare_tensors(ref, cand).rel_rms

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from inkling_probe.compare.align import Entry
 from inkling_probe.compare.metrics import compare_tensors
+from inkling_probe.compare.values import Values
 from inkling_probe.errors import ProbeError
 
 
@@ -21,7 +22,8 @@ def check_replicated(dump, entry: Entry, label: str, key: str, threshold: float)
     if not odd:
         return []
     try:
-        shards = dump.shards(entry.key, step=entry.step, call=entry.call)
+        shards = {r["rank"]: Values(dump.array(entry.key, step=entry.step, rank=r["rank"], call=entry.call), r["dtype"])
+                  for r in rows}
     except ProbeError as e:
         return [{"dump": label, "key": key, "step": entry.step, "ranks": [r["rank"] for r in odd],
                  "diverged": False, "note": f"could not read shards: {str(e).splitlines()[0]}"}]
@@ -29,9 +31,9 @@ def check_replicated(dump, entry: Entry, label: str, key: str, threshold: float)
     ref = shards[base["rank"]]
     for r in odd:
         t = shards[r["rank"]]
-        if t.shape != ref.shape:
+        if t.array.shape != ref.array.shape:
             out.append({"dump": label, "key": key, "step": entry.step, "rank": r["rank"], "diverged": True,
-                        "note": f"shape {list(t.shape)} vs rank {base['rank']}'s {list(ref.shape)}"})
+                        "note": f"shape {list(t.array.shape)} vs rank {base['rank']}'s {list(ref.array.shape)}"})
             continue
         m = compare_tensors(ref, t)
         err = m.error("rel_rms")

@@ -18,9 +18,9 @@ import torch
 
 from inkling_probe.compare.align import entries
 from inkling_probe.compare.conform import ShapeMismatch, conform
-from inkling_probe.compare.explain import Finding, explain
-from inkling_probe.compare.explain.permute import (concat_to_interleaved, interleaved_to_concat,
-                                                   swap_halves)
+from inkling_probe.compare.diagnose import call_explain
+from inkling_probe.compare.explain import Context, Finding
+from inkling_probe.compare.values import as_float64, from_any
 from inkling_probe.compare.floor import base_threshold, coarsest
 from inkling_probe.compare.metrics import Metrics, compare_tensors
 from inkling_probe.errors import DumpError
@@ -139,13 +139,28 @@ def _like(x, param_dtypes):
 
 def _compare_one(out_key, r, t, row, threshold) -> ReplayOutput:
     try:
-        conf = conform(r, t.detach().cpu(), row, None)
+        conf = conform(from_any(r), from_any(t), row, None)
     except ShapeMismatch as e:
         raise DumpError(f"replayed {out_key!r}: {e}") from None
     thr = threshold if threshold is not None else base_threshold(coarsest(r.dtype, t.dtype))
     m = compare_tensors(conf.ref, conf.cand)
-    findings = explain(conf.ref, conf.cand, noise=thr, token_dim=conf.token_dim) if m.error() > thr else []
+    findings = call_explain(as_float64(conf.ref), as_float64(conf.cand),
+                            Context(noise=thr, token_dim=conf.token_dim)) if m.error() > thr else []
     return ReplayOutput(out_key, m, thr, findings)
+
+
+def interleaved_to_concat(c: torch.Tensor, d: int) -> torch.Tensor:
+    n = c.shape[d]
+    return c.index_select(d, torch.cat([torch.arange(0, n, 2), torch.arange(1, n, 2)]))
+
+
+def concat_to_interleaved(c: torch.Tensor, d: int) -> torch.Tensor:
+    n = c.shape[d]
+    return c.index_select(d, torch.stack([torch.arange(n // 2), torch.arange(n // 2) + n // 2], dim=1).reshape(-1))
+
+
+def swap_halves(c: torch.Tensor, d: int) -> torch.Tensor:
+    return torch.cat(c.chunk(2, dim=d)[::-1], dim=d)
 
 
 _LAYOUTS = {
@@ -186,7 +201,7 @@ def _try(module, params, group, d, fn, args, kwargs, out_key, key, ref_out):
         outs = dict(_outputs(run_module(module, args, kwargs), key))
         if out_key not in outs:
             return None
-        conf = conform(ref_out, outs[out_key].detach().cpu())
+        conf = conform(from_any(ref_out), from_any(outs[out_key]))
         return compare_tensors(conf.ref, conf.cand).rel_rms
     except (RuntimeError, ShapeMismatch, ValueError):
         return None

@@ -20,7 +20,7 @@ class Row:
     ref_dtype: str = ""
     cand_dtype: str = ""
     against: str = "reference"  # "control" for keys only the control and candidate hold
-    status: str = "ok"  # exact | ok | diverged | shape | unreadable | skipped
+    status: str = "ok"  # exact | ok | diverged | shape | unreadable | skipped | not_comparable
     metrics: Metrics | None = None
     error: float | None = None  # the chosen metric's error (changed-row fraction for integer keys)
     floor: float | None = None  # the control's error on this key
@@ -31,15 +31,30 @@ class Row:
     layer: int | None = None
     depth: int = 0
     note: str = ""
+    row_score: float = 0.0  # the largest per-token-row score (0: no token rows)
+    bad_rows: list = field(default_factory=list)  # token rows over their own allowance
+    token_errors: list | None = None  # e_i per token row (measure.row_errors), for plots
+    decision: bool = False  # a declared routing decision
+    clear_flips: int = 0  # decisions: tokens whose routing changed with a clear margin
+    feeders: list = field(default_factory=list)  # keys taken as this row's inputs
+    born: str = ""  # "" | "clean_inputs" | "independent": why attribution blames this row
+    findings: list = field(default_factory=list)  # explain's findings (dicts) for this row
 
     @property
     def diverged(self) -> bool:
         return self.status in ("diverged", "shape")
 
+    @property
+    def unchecked(self) -> bool:
+        """A row compare could not check (unreadable, or not comparable): never 'within tolerance'."""
+        return self.status in ("unreadable", "not_comparable")
+
     def brief(self) -> dict:
         """``{"key", "step", "metrics"}`` for the JSON's first_divergence and culprit."""
         return {"key": self.key, "step": self.step, "call": self.call, "metrics": self.metric_dict(),
-                "error": self.error, "threshold": self.threshold, "score": self.score, "jump": self.jump}
+                "error": self.error, "threshold": self.threshold, "score": self.score, "jump": self.jump,
+                "score_in": self.score_in, "born": self.born, "bad_rows": self.bad_rows,
+                "feeders": self.feeders, "explanations": self.findings}
 
     def metric_dict(self) -> dict | None:
         return self.metrics.to_dict() if self.metrics is not None else None
@@ -51,7 +66,8 @@ class Row:
                 "diverged": self.diverged, "error": self.error, "floor": self.floor,
                 "threshold": self.threshold, "score": self.score, "score_in": self.score_in,
                 "jump": self.jump, "layer": self.layer, "depth": self.depth, "note": self.note,
-                "metrics": self.metric_dict()}
+                "row_score": self.row_score, "bad_rows": self.bad_rows, "decision": self.decision,
+                "born": self.born, "token_errors": self.token_errors, "metrics": self.metric_dict()}
 
 
 @dataclass
@@ -66,7 +82,7 @@ class Report:
     rows: list[Row] = field(default_factory=list)
     control_rows: list[Row] = field(default_factory=list)  # candidate vs control, keys the reference lacks
     first_divergence: Row | None = None
-    culprit: Row | None = None
+    culprits: list[Row] = field(default_factory=list)  # every independent culprit, ranked
     explanations: list[dict] = field(default_factory=list)  # {"key", "step", "against", "findings": [...]}
     only_ref: list = field(default_factory=list)
     only_cand: list = field(default_factory=list)
@@ -74,10 +90,21 @@ class Report:
     notes: list[str] = field(default_factory=list)
 
     @property
+    def culprit(self) -> Row | None:
+        """The top-ranked culprit (None when nothing diverged)."""
+        return self.culprits[0] if self.culprits else None
+
+    @property
     def diverged(self) -> bool:
         """True when any key (or a rank of a replicated key) diverged: the CLI exits 1."""
         return (any(r.diverged for r in self.rows) or any(r.diverged for r in self.control_rows)
                 or any(f.get("diverged") for f in self.rank_findings))
+
+    @property
+    def unchecked(self) -> list[Row]:
+        """Rows that could not be checked (unreadable, not comparable): the CLI exits 1 when any
+        exists and nothing diverged is not claimed (docs/COMPARE.md, exit codes)."""
+        return [r for r in self.rows + self.control_rows if r.unchecked]
 
     def row(self, key: str, step: int = 0, call: int = 0) -> Row:
         for r in self.rows + self.control_rows:
@@ -96,6 +123,9 @@ class Report:
             "diverged": self.diverged,
             "first_divergence": self.first_divergence.brief() if self.first_divergence else None,
             "culprit": self.culprit.brief() if self.culprit else None,
+            "culprits": [r.brief() for r in self.culprits],
+            "unchecked": [{"key": r.key, "step": r.step, "call": r.call, "status": r.status, "note": r.note}
+                          for r in self.unchecked],
             "rows": [r.to_dict() for r in self.rows],
             "control_rows": [r.to_dict() for r in self.control_rows],
             "explanations": self.explanations,

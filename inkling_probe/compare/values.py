@@ -1,92 +1,94 @@
-"""Tensor values as float64, for every stored dtype, in bounded chunks.
+"""Tensor values as float64 numpy, for every stored dtype, in bounded chunks (no torch needed).
 
-Metrics and hypotheses compute in float64 whatever the recorded dtype: bf16, fp16, the fp8 types
-and e8m0 upcast exactly; ints and bools become their numbers; packed fp4 (``float4_e2m1fn_x2``,
-two E2M1 values per byte, even element in the low nibble) is unpacked to its values, so a packed
-``[.., n]`` tensor reads as ``[.., 2n]`` values.
+The reader hands arrays in their stored types (bf16 as exact float32, the 8-bit floats as exact
+float16, packed fp4 as uint8 bytes); metrics and hypotheses compute in float64 whatever the
+recorded dtype. Packed fp4 (``float4_e2m1fn_x2``, two E2M1 values per byte, even element in the
+low nibble) is unpacked to its values, so a packed ``[.., n]`` array reads as ``[.., 2n]`` values.
+torch tensors are accepted too (converted through their own module, never imported here).
 """
 from __future__ import annotations
 
-import torch
-
-from inkling_probe.store.dtypes import FP4X2
+import numpy as np
 
 CHUNK = 1 << 19  # elements per float64 chunk (4 MiB): bounds the temporaries of any metric
-E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
-                     -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=torch.float64)
+FP4 = "float4_e2m1fn_x2"
+E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+                 -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=np.float64)
 
 
-def is_packed_fp4(t: torch.Tensor) -> bool:
-    return FP4X2 is not None and t.dtype is FP4X2
+class Values:
+    """An array of values with the name of its original dtype (``packed``: fp4 bytes)."""
+
+    __slots__ = ("array", "dtype")
+
+    def __init__(self, array: np.ndarray, dtype: str):
+        self.array, self.dtype = array, dtype
+
+    @property
+    def packed(self) -> bool:
+        return self.dtype == FP4
 
 
-def unpack_fp4(t: torch.Tensor) -> torch.Tensor:
-    """Packed fp4 bytes ``[.., n]`` -> float64 values ``[.., 2n]`` (low nibble first)."""
-    b = t.view(torch.uint8) if is_packed_fp4(t) else t
-    if b.dtype is not torch.uint8:
-        raise TypeError(f"unpack_fp4 needs packed fp4 or uint8 bytes, got {b.dtype}")
-    lo, hi = (b & 0xF).long(), (b >> 4).long()  # [.., n]
-    pairs = torch.stack([E2M1[lo], E2M1[hi]], dim=-1)  # [.., n, 2]
-    return pairs.reshape(*b.shape[:-1], 2 * b.shape[-1]) if b.dim() else pairs.reshape(2)
+def from_any(x, dtype: str | None = None) -> Values:
+    """Values from a numpy array (``dtype`` names its original dtype) or a torch tensor."""
+    if isinstance(x, Values):
+        return x
+    if hasattr(x, "detach"):  # a torch tensor: convert without importing torch here
+        return _from_torch(x)
+    a = np.asarray(x)
+    return Values(a, dtype or a.dtype.name)
 
 
-def values(t: torch.Tensor) -> torch.Tensor:
-    """The tensor's values as a float64 tensor (same shape; packed fp4 unpacked along the last dim)."""
-    if is_packed_fp4(t):
-        return unpack_fp4(t)
+def _from_torch(t) -> Values:
+    t = t.detach().cpu()
+    name = str(t.dtype).removeprefix("torch.")
+    if name == FP4:
+        return Values(t.view(__import__("torch").uint8).numpy(), FP4)
     if t.is_complex():
         raise TypeError("complex tensors are not supported by compare")
-    if t.dtype is torch.float64:
-        return t
-    if t.dtype.is_floating_point and t.element_size() == 1:
-        return t.float().double()  # fp8 / e8m0: cast through fp32
-    return t.double()
+    if t.dtype.is_floating_point and name not in ("float64", "float32", "float16"):
+        return Values(t.float().numpy(), name)  # bf16, fp8, e8m0: exact in float32
+    return Values(t.numpy(), name)
 
 
-def flat(t: torch.Tensor) -> torch.Tensor:
-    """A flat view of the tensor's values in its own dtype (packed fp4 unpacked first)."""
-    t = t.detach()
-    if t.device.type != "cpu":
-        t = t.cpu()
-    if is_packed_fp4(t):
-        return unpack_fp4(t).reshape(-1)
-    return t.reshape(-1)
+def unpack_fp4(b: np.ndarray) -> np.ndarray:
+    """Packed fp4 bytes ``[.., n]`` -> float64 values ``[.., 2n]`` (low nibble first)."""
+    b = np.asarray(b, dtype=np.uint8)
+    pairs = np.stack([E2M1[b & 0xF], E2M1[b >> 4]], axis=-1)  # [.., n, 2]
+    return pairs.reshape(*b.shape[:-1], 2 * b.shape[-1]) if b.ndim else pairs.reshape(2)
 
 
-class Workspace:
-    """Preallocated float64 chunk buffers: fresh 4 MiB temporaries per op cost page faults that
-    make elementwise work ~10x slower than into reused buffers."""
-
-    def __init__(self, size: int):
-        self.size = size
-        self.r, self.c, self.d, self.t = (torch.empty(size, dtype=torch.float64) for _ in range(4))
-        self.b = torch.empty(size, dtype=torch.bool)
+def value_shape(v: Values) -> tuple[int, ...]:
+    """The shape of the values (packed fp4 holds two values per byte)."""
+    s = v.array.shape
+    if v.packed:
+        return (*s[:-1], 2 * s[-1]) if s else (2,)
+    return tuple(s)
 
 
-_WORKSPACE: Workspace | None = None
+def as_float64(v) -> np.ndarray:
+    """The whole array's values as float64 (same shape; packed fp4 unpacked along the last dim)."""
+    v = from_any(v)
+    if v.packed:
+        return unpack_fp4(v.array)
+    return np.asarray(v.array, dtype=np.float64)
 
 
-def workspace() -> Workspace:
-    global _WORKSPACE
-    if _WORKSPACE is None or _WORKSPACE.size != CHUNK:
-        _WORKSPACE = Workspace(CHUNK)
-    return _WORKSPACE
+def flat(v: Values) -> np.ndarray:
+    """A flat view of the values in their stored type (packed fp4 unpacked first)."""
+    if v.packed:
+        return unpack_fp4(v.array).reshape(-1)
+    if v.array.dtype.kind == "c":
+        raise TypeError("complex tensors are not supported by compare")
+    return v.array.reshape(-1)
 
 
-def chunks(r: torch.Tensor, c: torch.Tensor, work: Workspace | None = None):
-    """Yield (start, r64, c64): float64 copies of equally long flat tensors, chunk by chunk,
-    in the workspace's buffers (valid until the next chunk)."""
-    work = work or workspace()
-    n, size = r.numel(), work.size
-    for start in range(0, n, size):
-        m = min(size, n - start)
-        yield start, _as64(r[start: start + m], work.r[:m]), _as64(c[start: start + m], work.c[:m])
-
-
-def _as64(x: torch.Tensor, buf: torch.Tensor) -> torch.Tensor:
-    if x.dtype.is_floating_point and x.element_size() == 1:
-        x = x.float()  # fp8 / e8m0 through fp32
-    return buf.copy_(x)
+def chunks(r: np.ndarray, c: np.ndarray, size: int | None = None):
+    """Yield (start, r64, c64): float64 copies of equally long flat arrays, chunk by chunk."""
+    size = size or CHUNK
+    for start in range(0, r.size, size):
+        stop = min(start + size, r.size)
+        yield start, r[start:stop].astype(np.float64), c[start:stop].astype(np.float64)
 
 
 def unravel(flat_index: int, shape) -> list[int]:
@@ -98,8 +100,19 @@ def unravel(flat_index: int, shape) -> list[int]:
     return list(reversed(out))
 
 
-def value_shape(t: torch.Tensor) -> tuple[int, ...]:
-    """The shape of :func:`values` (packed fp4 holds two values per byte)."""
-    if is_packed_fp4(t):
-        return (*t.shape[:-1], 2 * t.shape[-1]) if t.dim() else (2,)
-    return tuple(t.shape)
+def is_integer(dtype: str) -> bool:
+    """Integer and bool dtypes (by name); packed fp4 bytes are not integers."""
+    return dtype.startswith(("int", "uint", "bool")) and dtype != FP4
+
+
+def values(t):
+    """(Transitional) a torch tensor's values as a float64 torch tensor, for the torch-based explain."""
+    import torch
+
+    from inkling_probe.store.dtypes import FP4X2
+
+    if FP4X2 is not None and t.dtype is FP4X2:
+        return torch.from_numpy(unpack_fp4(t.view(torch.uint8).numpy()))
+    if t.dtype.is_floating_point and t.element_size() == 1:
+        return t.float().double()
+    return t.double()

@@ -100,16 +100,16 @@ class Dump:
         """
         from inkling_probe.store.dtypes import decode
 
-        rows = self._pick(key, step, rank, call)
-        if len(rows) == 1:
-            return decode(self._load_array(rows[0]), rows[0]["dtype"]).reshape(rows[0]["shape"])
-        return decode(self._assemble(key, rows), rows[0]["dtype"])
+        a = self.array(key, step, rank, call)
+        return decode(a, self._pick(key, step, rank, call)[0]["dtype"]).reshape(a.shape)
 
     def array(self, key: str, step: int = 0, rank: int | None = None, call: int = 0) -> np.ndarray:
         """The stored values as numpy, without torch: bf16 as exact float32, 8-bit floats as exact
         float16 (e8m0 as float32), packed fp4 as its uint8 bytes, every other dtype as itself.
         The index row's ``dtype`` (see :meth:`rows`) names the original dtype."""
         rows = self._pick(key, step, rank, call)
+        if rank is not None:
+            return self._load_array(rows[0]).reshape(rows[0]["shape"])
         return self._assemble(key, rows)
 
     def shards(self, key: str, step: int = 0, call: int = 0) -> dict:
@@ -127,7 +127,7 @@ class Dump:
 
     def _assemble(self, key: str, rows: list[dict]) -> np.ndarray:
         layout = rows[0]["shard"]
-        if len(rows) == 1 or layout == "replicated":
+        if layout == "replicated" or (len(rows) == 1 and self.world_size == 1):
             return self._load_array(rows[0]).reshape(rows[0]["shape"])
         world = {r["rank"] for r in rows}
         if len(world) != self.world_size:

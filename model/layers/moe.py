@@ -46,7 +46,7 @@ class MoE(nn.Module):
         p = self.prefix
         logits, w, idx, gammas = self.gate(x)  # [T, E], [T, k], [T, k], [T, S]
         inkling_probe.probe(f"{p}.router_logits", logits)
-        inkling_probe.probe(f"{p}.topk_idx", idx)
+        inkling_probe.probe(f"{p}.topk_idx", idx, kind="decision", scores=f"{p}.router_logits")
         inkling_probe.probe(f"{p}.topk_w", w)
         inkling_probe.probe(f"{p}.shared_gammas", gammas)
         routed = self._routed(x, idx, w)  # [T, H]

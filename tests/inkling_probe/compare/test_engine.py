@@ -72,7 +72,11 @@ def test_culprit_is_where_error_is_born_not_first_big(tmp_path, x):
     b = write(tmp_path / "b", [chain(x, fault=fault)])
     rep = compare(a, b)
     assert rep.first_divergence.key == "layers.1.mlp.out"
-    assert rep.culprit.key == "layers.2.mlp.out"
+    # two errors: the small one born first is the top culprit, not the larger jump after it; the
+    # second is far beyond what its inputs carry: an independent culprit of its own
+    assert [c.key for c in rep.culprits] == ["layers.1.mlp.out", "layers.2.mlp.out"]
+    assert rep.culprits[0].born == "clean_inputs" and rep.culprits[1].born == "independent"
+    assert rep.row("layers.2.mlp.out").jump > rep.culprits[0].jump
 
 
 def test_bf16_candidate_within_dtype_defaults(tmp_path, x):
@@ -200,11 +204,14 @@ def test_routing_changes_are_counted_once_and_set_aside_downstream(tmp_path):
     flipped_out[3] = randn(16)
     a = write(tmp_path / "a", [[("layers.2.mlp.topk_idx", idx), ("layers.2.mlp.experts", out)]])
     b = write(tmp_path / "b", [[("layers.2.mlp.topk_idx", flipped_idx), ("layers.2.mlp.experts", flipped_out)]])
-    rep = compare(a, b, threshold=0.1)  # one row of 16 changed: 6% <= 10%
+    decl = ["*.topk_idx"]
+    rep = compare(a, b, threshold=0.1, decisions=decl)  # one row of 16 changed: 6% <= 10% (no scores)
     assert rep.row("layers.2.mlp.topk_idx").error == pytest.approx(1 / 16)
     experts = rep.row("layers.2.mlp.experts")
     assert experts.error == 0 and "set aside" in experts.note and not rep.diverged
-    assert compare(a, b, threshold=0.05).row("layers.2.mlp.topk_idx").diverged
+    assert compare(a, b, threshold=0.05, decisions=decl).row("layers.2.mlp.topk_idx").diverged
+    undeclared = compare(a, b).row("layers.2.mlp.topk_idx")  # integers alone are no decision
+    assert not undeclared.decision and undeclared.diverged
 
 
 def test_a_changed_decode_token_counts_against_all_rows_so_far(tmp_path):
@@ -212,7 +219,7 @@ def test_a_changed_decode_token_counts_against_all_rows_so_far(tmp_path):
     tok = torch.tensor([[1, 2]])
     a = write(tmp_path / "a", [[("layers.2.mlp.topk_idx", idx)], [("layers.2.mlp.topk_idx", tok)]])
     b = write(tmp_path / "b", [[("layers.2.mlp.topk_idx", idx)], [("layers.2.mlp.topk_idx", tok + 1)]])
-    rep = compare(a, b, threshold=0.1)
+    rep = compare(a, b, threshold=0.1, decisions=["*.topk_idx"])
     row = rep.row("layers.2.mlp.topk_idx", step=1)
     assert row.error == pytest.approx(1 / 17) and not rep.diverged and "1 of 17" in row.note
 

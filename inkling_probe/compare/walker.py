@@ -1,0 +1,321 @@
+"""Walks the aligned pairs in execution order, measuring each with the state that came before:
+upstream precision, layer depth, routing changes (tokens set aside), call structure.
+
+State kept per dump side (candidate, control): the tokens whose routing changed in each step are
+set aside (take the reference's values) in every later key of that step with as many token rows;
+keys whose rows are not those tokens (dispatch order, ``[T*k, ...]``) after a change are not
+comparable and are skipped with a note, never compared by index.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from inkling_probe.compare import decisions as dec
+from inkling_probe.compare import floor
+from inkling_probe.compare.align import Entry, Pair, layer_of
+from inkling_probe.compare.measure import Measured, load, measure, row_errors, token_rows
+from inkling_probe.compare.ranks import check_replicated
+from inkling_probe.compare.report import Report, Row, score_of
+from inkling_probe.compare.values import as_float64, is_integer
+from inkling_probe.errors import ProbeError
+from inkling_probe.settings import matches_any
+
+K_ROW = 3.0  # a token row diverges past K_ROW x its allowance (rows fluctuate more than tensors)
+UNCLASSIFIED_MAX = 0.25  # without router scores or a control: the changed-token fraction allowed
+
+
+@dataclass
+class _Side:
+    """Running state of one compared dump (candidate or control) along execution order."""
+
+    precision: str | None = None
+    layers_seen: dict = field(default_factory=dict)  # step -> set of layers
+    aside: dict = field(default_factory=dict)  # step -> (token rows, set of rows)
+    tally: dict = field(default_factory=dict)  # decision key -> [changed, seen] over steps
+    flips: dict = field(default_factory=dict)  # (key, step, call) -> Decision
+
+    def advance(self, key: str, step: int, dtypes) -> tuple[int | None, int, str | None]:
+        """(layer, depth, precision) of the next key."""
+        layer = layer_of(key)
+        seen = self.layers_seen.setdefault(step, set())
+        if layer is not None:
+            seen.add(layer)
+        running = [d for d in dtypes if floor.precision_rank(d) and floor.precision_rank(d) < 0.1]
+        self.precision = floor.coarsest(self.precision, *running)
+        return layer, len(seen), floor.coarsest(self.precision, *dtypes)
+
+    def set_aside(self, step: int):
+        def rows(n: int):
+            n_rows, changed = self.aside.get(step, (None, set()))
+            return sorted(changed) if n_rows == n and changed else None
+        return rows
+
+    def changed_in(self, step: int) -> tuple[int | None, set]:
+        return self.aside.get(step, (None, set()))
+
+    def note_changes(self, step: int, n_rows: int, rows) -> None:
+        if not rows:
+            return
+        old_n, old = self.aside.get(step, (n_rows, set()))
+        if old_n == n_rows:
+            self.aside[step] = (n_rows, old | set(rows))
+
+
+class Walker:
+    """Builds one :class:`Row` per aligned pair (and the control-only rows)."""
+
+    def __init__(self, dumps, ents, report: Report, *, metric, user, k, decision_globs, batch_rows):
+        self.dumps, self.ents, self.report = dumps, ents, report
+        self.metric, self.user, self.k = metric, user, k
+        self.decision_globs, self.batch_rows = decision_globs, batch_rows
+        self.cand, self.ctl = _Side(), _Side()
+        self.masks: dict[tuple, list[int]] = {}  # (key, step, call) -> rows set aside in the candidate
+        self.call_counts = {label: _call_counts(e) for label, e in ents.items()}
+        self.not_comparable: list[str] = []
+
+    # -- one pair ------------------------------------------------------------------------------
+    def row(self, p: Pair) -> Row:
+        ref_e, cand_e = p.ref, p.cand
+        dtypes = [ref_e.dtype, cand_e.dtype]
+        layer, depth, precision = self.cand.advance(p.key, p.step, dtypes)
+        row = Row(p.key, p.step, p.call, ref_e.key, cand_e.key, ref_e.global_shape(), ref_e.dtype, cand_e.dtype,
+                  layer=layer, depth=depth, decision=self.is_decision(p.key, ref_e, cand_e))
+        why = self._not_comparable(p, self.cand, "candidate")
+        if why:
+            return self._skip(row, why)
+        if row.decision:
+            self._decision_row(row, p)
+        else:
+            self._value_row(row, p, precision, depth)
+        for label, e in (("reference", ref_e), ("candidate", cand_e), ("control", self._ctl_entry(p))):
+            if e is not None:
+                self.report.rank_findings += check_replicated(self.dumps[label], e, label, p.key,
+                                                              self._default(precision, depth))
+        return row
+
+    def is_decision(self, key: str, *es: Entry) -> bool:
+        if any((e.first.get("meta") or {}).get("kind") == "decision" for e in es):
+            return True
+        return bool(self.decision_globs) and matches_any(key, self.decision_globs)
+
+    def _ctl_entry(self, p: Pair) -> Entry | None:
+        return self.ents.get("control", {}).get((p.key, p.step, p.call))
+
+    def _not_comparable(self, p: Pair, side: _Side, label: str) -> str:
+        ident = (p.key, p.step)
+        n_ref, n_other = self.call_counts["reference"].get(ident), self.call_counts[label].get(ident)
+        if n_ref != n_other:
+            return f"called {n_ref} time(s) in the reference, {n_other} in the {label}: not compared by index"
+        n_rows, changed = side.changed_in(p.step)
+        rows = token_rows(p.ref)
+        if changed and not self.is_decision(p.key, p.ref) and rows is not None and rows != n_rows:
+            return (f"{rows} rows are not the {n_rows} tokens after a routing change "
+                    "(dispatch order?): not compared by index")
+        return ""
+
+    def _skip(self, row: Row, why: str) -> Row:
+        row.status, row.score, row.note = "not_comparable", 0.0, why
+        self.not_comparable.append(row.key)
+        return row
+
+    # -- float (and plain integer) keys ---------------------------------------------------------
+    def _value_row(self, row: Row, p: Pair, precision, depth) -> None:
+        rtol = floor.base_threshold(precision)
+        m = measure(self.dumps["reference"], p.ref, self.dumps["candidate"], p.cand, self.metric, rtol,
+                    self.cand.set_aside(p.step), self.batch_rows)
+        ctl = self._control_measure(p, precision)
+        row.metrics, row.error, row.note = m.metrics, m.error, m.note
+        row.floor = ctl.error if ctl is not None and ctl.status in ("ok", "exact") else None
+        default = self._default(precision, depth, integer=is_integer(p.ref.dtype))
+        row.threshold = floor.threshold(row.floor, default, self.user, self.k, floor.min_allowance(depth, self.metric))
+        if m.masked:
+            self.masks[(p.key, p.step, p.call)] = m.masked
+            row.note = _join(row.note, f"{len(m.masked)} token row(s) set aside (routing changed)")
+        self._status(row, m)
+        if m.row_errors is not None and row.status in ("ok", "diverged"):
+            self._rows_judged(row, m, ctl)
+
+    def _control_measure(self, p: Pair, precision) -> Measured | None:
+        ctl = self._ctl_entry(p)
+        if ctl is None:
+            if "control" in self.ents:
+                self.report.notes.append(f"control lacks {p.key} step {p.step}: dtype default threshold used")
+            return None
+        self.ctl.advance(p.key, p.step, [p.ref.dtype, ctl.dtype])
+        if self._not_comparable(p, self.ctl, "control"):
+            return None
+        return measure(self.dumps["reference"], p.ref, self.dumps["control"], ctl, self.metric,
+                       floor.base_threshold(precision), self.ctl.set_aside(p.step), (self.batch_rows[0], None))
+
+    def _rows_judged(self, row: Row, m: Measured, ctl: Measured | None) -> None:
+        """Token rows judged on their own: a divergence confined to a few rows is not averaged away."""
+        e = m.row_errors  # [n]
+        base = row.threshold
+        if ctl is not None and ctl.row_errors is not None and ctl.row_errors.shape == e.shape:
+            allow = np.maximum(K_ROW / 2 * self.k * ctl.row_errors, K_ROW * base / self.k)  # [n]
+            allow = np.maximum(allow, K_ROW * floor.min_allowance(row.depth, self.metric))
+        else:
+            allow = np.full(e.shape, K_ROW * base)
+        scores = np.where(allow > 0, e / np.where(allow > 0, allow, 1.0), np.where(e > 0, np.inf, 0.0))
+        row.token_errors = [float(x) for x in e[:4096]]
+        if scores.size:
+            row.row_score = float(scores.max())
+            row.bad_rows = np.flatnonzero(scores > 1.0).tolist()
+        if row.row_score > row.score:
+            row.score = row.row_score
+            if row.score > 1.0 and row.status != "exact":
+                row.status = "diverged"
+                row.note = _join(row.note, f"token rows {row.bad_rows[:8]} over their allowance")
+
+    def _status(self, row: Row, m: Measured) -> None:
+        if m.status == "shape":
+            row.status, row.score, row.error = "shape", float("inf"), None
+            row.note = m.note
+            return
+        if m.status == "unreadable":
+            row.status, row.score = "unreadable", 0.0
+            row.note = m.note
+            return
+        row.score = score_of(row.error, row.threshold)
+        exact = m.status == "exact" or (m.metrics is not None and m.metrics.exact)
+        row.status = "diverged" if row.score > 1.0 else ("exact" if exact else "ok")
+
+    def _default(self, precision, depth, integer: bool = False) -> float:
+        if self.metric == "max_abs" or integer:
+            return 0.0
+        return floor.default_threshold(precision, depth, self.metric)
+
+    # -- routing decisions ---------------------------------------------------------------------
+    def _decision_row(self, row: Row, p: Pair) -> None:
+        got = self._classify(p, "candidate", self.cand)
+        if isinstance(got, Measured):  # unreadable or shape
+            self._status(row, got)
+            return
+        d, scored = got
+        ctl = None
+        ce = self._ctl_entry(p)
+        if ce is not None:
+            self.ctl.advance(p.key, p.step, [p.ref.dtype, ce.dtype])
+            c = self._classify(p, "control", self.ctl)
+            ctl = c[0] if not isinstance(c, Measured) else None
+        counted = d.clear if scored else d.unclassified
+        t = self.cand.tally.setdefault((p.key, p.call), [0, 0])
+        t[0] += len(counted)
+        t[1] += d.token_rows
+        row.error = t[0] / t[1] if t[1] else 0.0
+        ctl_frac = None
+        if ctl is not None:
+            ctl_counted = ctl.clear if scored else ctl.unclassified
+            ctl_frac = len(ctl_counted) / ctl.token_rows if ctl.token_rows else 0.0
+        row.floor = ctl_frac
+        if ctl_frac is not None:
+            row.threshold = self.k * ctl_frac
+        else:
+            row.threshold = 0.0 if scored else UNCLASSIFIED_MAX
+        if self.user is not None and ctl_frac is None:
+            row.threshold = self.user
+        row.score = score_of(row.error, row.threshold) if row.error else 0.0
+        row.status = "diverged" if row.score > 1.0 else ("exact" if not d.changed else "ok")
+        row.clear_flips = len(counted) if row.status == "diverged" else 0
+        row.note = _join(row.note, d.note())
+        if t[0] and t[1] != d.token_rows:
+            row.note = _join(row.note, f"{t[0]} of {t[1]} token rows changed (steps so far)")
+
+    def _classify(self, p: Pair, label: str, side: _Side):
+        other = p.cand if label == "candidate" else self._ctl_entry(p)
+        rows = (self.batch_rows[0], self.batch_rows[1] if label == "candidate" else None)
+        m = measure(self.dumps["reference"], p.ref, self.dumps[label], other, "mismatch", 0.0, lambda n: None,
+                    rows, keep=True)
+        if m.status in ("unreadable", "shape"):
+            return m
+        n = m.token_rows if m.token_rows is not None else 1
+        if m.status == "exact":
+            side.flips[(p.key, p.step, p.call)] = dec.Decision(token_rows=n)
+            return dec.Decision(token_rows=n), True
+        r_ids = np.moveaxis(m.ref.array, m.token_dim, 0) if m.token_dim is not None else m.ref.array.reshape(1, -1)
+        c_ids = np.moveaxis(m.cand.array, m.token_dim, 0) if m.token_dim is not None else m.cand.array.reshape(1, -1)
+        scores = self._scores(p, label, r_ids.shape[0])
+        selection = bool((p.ref.first.get("meta") or {}).get("selection"))
+        d = dec.classify(r_ids, c_ids, *scores, selection=selection)
+        side.flips[(p.key, p.step, p.call)] = d
+        side.note_changes(p.step, d.token_rows, d.changed)
+        return d, scores[0] is not None
+
+    def _scores(self, p: Pair, label: str, n_tokens: int):
+        """The router scores the decision was made from: the key its meta names (``scores=``), else
+        the nearest float key before it in the same layer and step with one row per token."""
+        key = (p.ref.first.get("meta") or {}).get("scores")
+        ref_ents, other_ents = self.ents["reference"], self.ents[label]
+        cands = [key] if key else [k for (k, s, c), e in sorted(ref_ents.items(), key=lambda kv: -kv[1].seq)
+                                    if s == p.step and e.seq < p.ref.seq and layer_of(k) == layer_of(p.key)
+                                    and not self.is_decision(k, e) and not is_integer(e.dtype)]
+        for k in cands[:4]:
+            re_, oe = ref_ents.get((k, p.step, p.call)), other_ents.get((k, p.step, p.call))
+            if re_ is None or oe is None:
+                continue
+            try:
+                rs = _token_major(load(self.dumps["reference"], re_), re_)
+                os_ = _token_major(load(self.dumps[label], oe), oe)
+            except ProbeError:
+                continue
+            if rs is not None and os_ is not None and rs.shape == os_.shape and rs.shape[0] == n_tokens:
+                return rs, os_
+        return None, None
+
+    # -- keys only the control and the candidate hold ------------------------------------------
+    def control_only_rows(self) -> list[Row]:
+        """Candidate vs control for the keys the reference lacks (e.g. quantization scales)."""
+        ctl = self.ents.get("control")
+        if not ctl:
+            return []
+        ref = self.ents["reference"]
+        side, out = _Side(), []
+        for ident, cand_e in sorted(self.ents["candidate"].items(), key=lambda kv: (kv[0][1], kv[1].seq, kv[0][2])):
+            if ident in ref or ident not in ctl:
+                continue
+            key, step, call = ident
+            layer, depth, precision = side.advance(key, step, [ctl[ident].dtype, cand_e.dtype])
+            m = measure(self.dumps["control"], ctl[ident], self.dumps["candidate"], cand_e, self.metric,
+                        floor.base_threshold(precision))
+            row = Row(key, step, call, ctl[ident].key, cand_e.key, ctl[ident].global_shape(), ctl[ident].dtype,
+                      cand_e.dtype, against="control", metrics=m.metrics, error=m.error, layer=layer,
+                      depth=depth, note=m.note)
+            row.threshold = floor.threshold(None, self._default(precision, depth, is_integer(cand_e.dtype)),
+                                            self.user, self.k)
+            self._status(row, m)
+            out.append(row)
+        return out
+
+    def summary_notes(self) -> list[str]:
+        if not self.not_comparable:
+            return []
+        keys = sorted(set(self.not_comparable))
+        return [f"{len(self.not_comparable)} row(s) not comparable (skipped, not judged): {keys[:6]}"
+                + (f" ... {len(keys) - 6} more keys" if len(keys) > 6 else "")]
+
+
+def _token_major(v, e: Entry) -> np.ndarray | None:
+    from inkling_probe.compare.conform import token_dim_of
+
+    a = as_float64(v)
+    td = token_dim_of(a.shape, e.first.get("token_dim", 0))
+    if td is None:
+        return None
+    a = np.moveaxis(a, td, 0)
+    return a.reshape(a.shape[0], -1)
+
+
+def _call_counts(ents: dict) -> dict:
+    out: dict = {}
+    for (key, step, _call) in ents:
+        out[(key, step)] = out.get((key, step), 0) + 1
+    return out
+
+
+def _join(a: str, b: str) -> str:
+    return "; ".join(x for x in (a, b) if x)
+
+
+__all__ = ["Walker", "row_errors"]
