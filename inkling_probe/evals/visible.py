@@ -9,7 +9,8 @@ visible answer is the text of ``<|content_text|>`` blocks in model messages, joi
 Output with no such block has no answer (None), never the raw text. Any other ``<|...|>`` is text.
 
 Batch (:func:`visible`) and streaming (:class:`VisibleStream`) are one state machine: deltas split
-anywhere, control tokens included, give the same answer as the whole text.
+anywhere, control tokens included, give the same answer as the whole text, and the visible deltas
+(those :meth:`VisibleStream.feed` returns, then :meth:`VisibleStream.finish`) concatenate to it.
 """
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ class Block:
 
 @dataclass
 class VisibleStream:
-    """Feed decoded deltas; each :meth:`feed` returns the newly visible text, :meth:`finish` the answer."""
+    """Feed decoded deltas: :meth:`feed` returns the newly visible text, :meth:`finish` what was held
+    back to the end; :attr:`answer` is the visible answer so far (None while no text block was seen)."""
 
     role: str | None = "model"
     kind: str | None = None
@@ -64,11 +66,14 @@ class VisibleStream:
         self._pending = "" if self.ended else buf
         return "".join(out)
 
-    def finish(self) -> str | None:
-        """Flush what was held back; the visible answer, or None when no text block was seen."""
+    def finish(self) -> str:
+        """End of output: the held-back end is text after all; returns its visible part."""
         tail, self._pending = self._pending, ""
-        if tail and not self.ended:
-            self._text(tail)
+        return self._text(tail) if tail and not self.ended else ""
+
+    @property
+    def answer(self) -> str | None:
+        """The visible answer (after :meth:`finish`, the whole one); None when no text block was seen."""
         return "".join(self._visible) if self._any_text_block else None
 
     def _text(self, s: str) -> str:
@@ -122,4 +127,5 @@ def visible(text: str) -> str | None:
     """The visible answer of a whole output (see the module docstring); None when there is none."""
     stream = VisibleStream()
     stream.feed(text)
-    return stream.finish()
+    stream.finish()
+    return stream.answer

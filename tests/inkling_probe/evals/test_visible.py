@@ -17,6 +17,7 @@ from inkling_probe.evals.visible import CONTROL, VisibleStream, visible
     ("<|content_text|>Hi<|end_message|><|message_user|><|content_text|>more?<|end_message|>", "Hi"),
     ("<|content_text|>Hi<|end_message|><|message_model|><|content_text|> again", "Hi again"),
     ("<<|content_text|>a<|content_te", "a<|content_te"),  # an unfinished token at the end is text
+    ("<|content_text|><", "<"),
 ])
 def test_hand_cases(text, answer):
     assert visible(text) == answer
@@ -35,7 +36,7 @@ def test_no_visible_block_is_no_answer(text):
 def test_stream_returns_visible_deltas():
     s = VisibleStream()
     got = [s.feed(d) for d in ("<|content_thi", "nking|>hm<|con", "tent_text|>Pa", "ris<|end_mes", "sage|>x")]
-    assert got == ["", "", "Pa", "ris", ""] and s.finish() == "Paris"
+    assert got == ["", "", "Pa", "ris", ""] and s.finish() == "" and s.answer == "Paris"
     assert [(b.role, b.kind, b.text) for b in s.blocks] == [
         ("model", "thinking", "hm"), ("model", "text", "Paris"), (None, None, "x")]
 
@@ -50,8 +51,8 @@ def test_any_split_equals_the_whole(parts, cuts):
     text = "".join(parts)
     bounds = sorted({min(c, len(text)) for c in cuts} | {0, len(text)})
     s = VisibleStream()
-    streamed = "".join(s.feed(text[a:b]) for a, b in zip(bounds, bounds[1:]))
-    answer = s.finish()
+    streamed = "".join(s.feed(text[a:b]) for a, b in zip(bounds, bounds[1:])) + s.finish()
+    answer = s.answer
     assert answer == visible(text)
     assert streamed == (answer or "")  # every visible character is emitted once, in order, as it completes
 
@@ -61,6 +62,5 @@ def test_any_split_equals_the_whole(parts, cuts):
 def test_one_character_at_a_time(parts):
     text = "".join(parts)
     s = VisibleStream()
-    for ch in text:
-        s.feed(ch)
-    assert s.finish() == visible(text)
+    streamed = "".join(s.feed(ch) for ch in text) + s.finish()
+    assert s.answer == visible(text) and streamed == (s.answer or "")
