@@ -84,7 +84,8 @@ def native_rank(rank: int, world: int, ckpt: str, dtype: str, prompts: list[list
                 eos, dump: str | None, gen: dict) -> dict:
     """One rank of a native run: load, then prefill (+ decode) with recording on.
 
-    ``gen["dp"]`` attention-DP groups: group g serves requests g, g + dp, ... Returns
+    ``prompts``: a list of prompts (one flat list of ids: one prompt). ``gen["dp"]`` (default 1)
+    attention-DP groups: group g serves requests g, g + dp, ... Returns
     ``{"responses": [{"id", "tokens", "finish_reason", "steps"}, ...]}`` for this rank's requests.
     """
     import contextlib
@@ -101,8 +102,9 @@ def native_rank(rank: int, world: int, ckpt: str, dtype: str, prompts: list[list
     from inkling_model.weights import load_checkpoint
 
     gen = dict(gen)
+    prompts = [prompts] if prompts and isinstance(prompts[0], int) else prompts
     config = InklingConfig.from_pretrained(ckpt)
-    tp = parallel.init(dp_size=gen.pop("dp"), expert_parallel=gen.pop("expert_parallel"))
+    tp = parallel.init(dp_size=gen.pop("dp", 1), expert_parallel=gen.pop("expert_parallel", False))
     model = InklingForCausalLM(config, tp, _dtype(dtype))
     try:
         load_checkpoint(model, ckpt, config)

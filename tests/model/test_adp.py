@@ -29,9 +29,17 @@ def _run(ckpt, dump, *args):
 
 
 @pytest.fixture(scope="module")
-def reference(ckpt, tmp_path_factory):
+def eos(ckpt, tmp_path_factory):
+    """Request 1's first token as the end id: it finishes at once, and its DP group idles (padding
+    requests) while group 0 decodes."""
+    out = _run(ckpt, tmp_path_factory.mktemp("first") / "d", "--max-new-tokens", "1", "--eos", "0")
+    return next(line for line in out.splitlines() if line.startswith("generated[1]:")).split()[1]
+
+
+@pytest.fixture(scope="module")
+def reference(ckpt, eos, tmp_path_factory):
     dump = tmp_path_factory.mktemp("ref") / "dp1"
-    return str(dump), _run(ckpt, dump, "--max-new-tokens", "3")
+    return str(dump), _run(ckpt, dump, "--max-new-tokens", "3", "--eos", eos)
 
 
 def _tokens(output: str) -> list[str]:
@@ -39,10 +47,11 @@ def _tokens(output: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_run_dp2_equals_dp1(ckpt, reference, tmp_path):
+def test_run_dp2_equals_dp1(ckpt, eos, reference, tmp_path):
     ref, ref_out = reference
-    out = _run(ckpt, tmp_path / "dp", "--dp", "2", "--max-new-tokens", "3")
+    out = _run(ckpt, tmp_path / "dp", "--dp", "2", "--max-new-tokens", "3", "--eos", eos)
     assert _tokens(out) == _tokens(ref_out) and "dp=2" in out
+    assert f"generated[1]: {eos} (eos)" in out  # group 1 ran padding requests in the decode steps
     dump = inkling_probe.open(str(tmp_path / "dp"))
     assert (dump.dp_size, dump.world_size) == (2, 1)  # read as a one-rank dump of all requests
     assert dump.array("logits", 0).shape == (sum(len(r.split(",")) for r in REQUESTS), 512)
@@ -56,7 +65,7 @@ FAULTS = ["adp_global_tp_size", "adp_dense_allreduce"]
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tp", [1, 2])
-def test_adp_faults_localized(ckpt, reference, tmp_path, tp):
+def test_adp_faults_localized(ckpt, eos, reference, tmp_path, tp):
     """DP 2 x TP tp: each fault (the prefill) and, at TP 2, a benign run (3 decode steps; DP 2 x TP 1
     benign is the `run --dp 2` test above) in one spawned world."""
     from adp_util import dp_jobs
@@ -65,7 +74,7 @@ def test_adp_faults_localized(ckpt, reference, tmp_path, tp):
     ref, _ = reference
     prompts = [[int(t) for t in r.split(",")] for r in REQUESTS]
     jobs = [((f,), 1, str(tmp_path / f)) for f in FAULTS] + ([((), 3, str(tmp_path / "benign"))] if tp > 1 else [])
-    spawn(dp_jobs, 2 * tp, ckpt, prompts, jobs)
+    spawn(dp_jobs, 2 * tp, ckpt, prompts, int(eos), jobs)
     if tp > 1:
         benign = compare(ref, str(tmp_path / "benign"))
         assert not benign.diverged and not benign.only_ref, [(r.key, r.step) for r in benign.rows if r.status == "diverged"][:5]
