@@ -9,6 +9,7 @@ from inkling_model import faults
 from inkling_model.cli.run import command
 from inkling_model.config import InklingConfig
 from inkling_probe.compare import compare
+from inkling_probe.store.reader import Dump
 
 # three requests of different lengths: group 0 serves 0 and 2, group 1 serves 1 (it idles while 0, 2 decode)
 REQUESTS = ["5,6,7,8,9,10,11,12,13,14", "300,301,302,303,304,305,306", "40,41,42,43,44,45,46,47,48,49,50,51"]
@@ -51,7 +52,9 @@ def test_run_dp2_equals_dp1(ckpt, eos, reference, tmp_path):
     ref, ref_out = reference
     out = _run(ckpt, tmp_path / "dp", "--dp", "2", "--max-new-tokens", "3", "--eos", eos)
     assert _tokens(out) == _tokens(ref_out) and "dp=2" in out
-    assert f"generated[1]: {eos} (eos)" in out  # group 1 ran padding requests in the decode steps
+    assert f"generated[1]: {eos} (eos)" in out
+    raw = Dump(str(tmp_path / "dp"), dp_raw=True)  # group 1 ran padding requests in the decode steps
+    assert [r["meta"]["requests"] for r in raw.rows("logits", 1)] == [[[0, 1], [2, 1]], [[-1, 1]]]
     dump = inkling_probe.open(str(tmp_path / "dp"))
     assert (dump.dp_size, dump.world_size) == (2, 1)  # read as a one-rank dump of all requests
     assert dump.array("logits", 0).shape == (sum(len(r.split(",")) for r in REQUESTS), 512)
