@@ -97,3 +97,26 @@ def test_missing_file_and_kind_mismatch(tmp_path):
     assert "can't read" in _invoke(tmp_path / "nope", tmp_path / "c").output
     res = _invoke(tmp_path / "c", tmp_path / "s")
     assert res.exit_code == 2 and "has 'score' results where" in res.output
+
+
+def test_five_seeds_by_hundred_items(tmp_path):
+    """The bring-up protocol: 5 seeds x 100 items; per seed and pooled against counts done here by numpy."""
+    import math
+
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    a = rng.random((5, 100)) < 0.70  # [seed, item]
+    b = rng.random((5, 100)) < 0.66
+    for name, m in (("a", a), ("b", b)):
+        (tmp_path / name).write_text("".join(json.dumps({"id": i, "seed": s, "correct": bool(m[s, i])}) + "\n"
+                                             for s in range(5) for i in range(100)))
+    out = json.loads(_invoke(tmp_path / "a", tmp_path / "b", "--json").output)
+    assert [p["seed"] for p in out["per_seed"]] == [0, 1, 2, 3, 4] and out["n"] == 500
+    for s, p in enumerate(out["per_seed"]):
+        assert (p["a_only"], p["b_only"]) == (int((a[s] & ~b[s]).sum()), int((b[s] & ~a[s]).sum()))
+        assert p["delta"] == pytest.approx(b[s].mean() - a[s].mean())
+    lo, hi = int((a & ~b).sum()), int((b & ~a).sum())
+    k, n = min(lo, hi), lo + hi
+    assert out["mcnemar_p"] == pytest.approx(min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n))
+    assert out["delta"] == pytest.approx(b.mean() - a.mean()) and out["ci"][0] < out["delta"] < out["ci"][1]
