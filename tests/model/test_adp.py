@@ -1,6 +1,8 @@
 """Attention-DP through ``inkling-probe run --dp``: benign runs equal a DP=1 run of the same requests,
 each planted ADP fault is localized at its true key by compare (gloo, DP 2 x TP 1 and DP 2 x TP 2)."""
 
+import json
+
 import pytest
 from click.testing import CliRunner
 
@@ -8,6 +10,7 @@ import inkling_probe
 from inkling_model import faults
 from inkling_model.cli.run import command
 from inkling_model.config import InklingConfig
+from inkling_probe.cli import group
 from inkling_probe.compare import compare
 from inkling_probe.store.reader import Dump
 
@@ -61,6 +64,7 @@ def test_run_dp2_equals_dp1(ckpt, eos, reference, tmp_path):
     report = compare(ref, dump)
     assert not report.diverged, [(r.key, r.step, r.error) for r in report.rows if r.status == "diverged"][:5]
     assert len(report.rows) > 3 * 100 and not report.only_ref  # every key of every step, none missing
+    assert CliRunner().invoke(group, ["compare", ref, str(tmp_path / "dp")]).exit_code == 0  # the CLI: exit 0
 
 
 FAULTS = ["adp_global_tp_size", "adp_dense_allreduce"]
@@ -87,6 +91,8 @@ def test_adp_faults_localized(ckpt, eos, reference, tmp_path, tp):
         truth = faults.location(fault, InklingConfig.preset("tiny"))
         assert report.diverged and report.culprit.key == truth, (fault, report.culprit, report.first_divergence)
         assert report.first_divergence.key == truth, fault
+        res = CliRunner().invoke(group, ["compare", ref, str(tmp_path / fault), "--step", "0", "--json"])
+        assert res.exit_code == 1 and json.loads(res.output)["culprit"]["key"] == truth, fault
 
 
 def test_adp_faults_need_dp(ckpt, tmp_path):
