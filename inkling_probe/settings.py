@@ -31,6 +31,8 @@ VARIABLES = {
                             "another core) | inline (all in the recording process)",
     "INKLING_PROBE_COMPRESS": "none (default) | gzip (stock HDF5 deflate-1 + shuffle, tensors >= 1 MiB)",
     "INKLING_PROBE_DEBUG": "1: print tracebacks for unexpected errors in the CLI",
+    "INKLING_PROBE_GRAPH_MB": "static buffer budget (MiB) for recording inside CUDA graphs (default 256); "
+                              "exceeding it is an error at capture (docs/GRAPHS.md)",
 }
 
 

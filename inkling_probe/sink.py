@@ -88,6 +88,17 @@ def recording(path, **overrides):
         _RECORDER = previous
 
 
+@contextlib.contextmanager
+def redirected(recorder):
+    """Send probe calls to ``recorder`` inside the block (in-graph recording: inkling_probe/graphs)."""
+    global _RECORDER
+    previous, _RECORDER = _RECORDER, recorder
+    try:
+        yield recorder
+    finally:
+        _RECORDER = previous
+
+
 def configure_from_env(environ=None) -> bool:
     """(Re)read ``INKLING_PROBE_*`` and start or stop recording; True when recording is on."""
     s = _settings.from_env(environ)

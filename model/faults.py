@@ -68,6 +68,14 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
           "re-normalised after being scattered into the text stream). Visible only where that norm "
           "weight is not all ones. Born at layers.1.attn_norm.",
           lambda c: f"layers.{RENORM_LAYER}.attn_norm"),
+    Fault("capture_unsafe_allreduce", "model/allreduce.py (one-shot all-reduce, capture path)",
+          "The one-shot all-reduce (INKLING_ALLREDUCE=oneshot, or auto when it picks oneshot) is not "
+          "capture-safe for a message of exactly one token row (hidden x dtype bytes x 1 token): inside "
+          "a captured CUDA graph it reduces its registered buffer without the input's copy into it. "
+          "Eager is correct (prefill, eager decode); graph replay of a 1-token decode is non-finite. "
+          "Born at the first all-reduce of a 1-request decode step: layers.0.attn.o_proj at TP=1 "
+          "(embed at TP>1, where the embedding all-reduces first), step 1 (the first decode step).",
+          lambda c: "layers.0.attn.o_proj"),
     Fault("adp_global_tp_size", "model/layers/attention.py (attention)",
           "Under attention-DP the attention kernel is sized by the global tp_size (the world) instead of "
           "the attention group's: it computes only total_heads / world of this rank's heads and the "

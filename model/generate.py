@@ -88,6 +88,19 @@ def _pick(logits: torch.Tensor, temperature: float, top_k: int | None, gen: torc
     return torch.multinomial(torch.softmax(logits, -1), 1, generator=gen)[:, 0]  # [R]
 
 
+def take_tokens(results: list[Generation], active: list[int], tokens: list[int], eos: Eos,
+                max_new_tokens: int) -> list[int]:
+    """Append each active request's new token; returns the requests still generating."""
+    still = []
+    for r, tok in zip(active, tokens):
+        results[r].tokens.append(tok)
+        if tok in eos.ids:
+            results[r].finish_reason = "eos" if tok == eos.end_id else "stop"
+        else:
+            still.append(r)
+    return [r for r in still if len(results[r].tokens) < max_new_tokens]
+
+
 def _pad_forward(model) -> None:
     """One token of a throwaway request: an idle attention-DP group keeps the collectives in step."""
     model(torch.zeros(1, dtype=torch.long, device=next(model.parameters()).device),
@@ -141,8 +154,11 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int, eos: Eos | No
     for _ in range(max_new_tokens):
         if active:
             logits = model(ids, ctx, last_only=True)  # [R, V]
-            active = _advance(results, active, logits, _pick(logits, temperature, top_k, gen).tolist(), eos, on_step)
-            active = [r for r in active if len(results[r].tokens) < max_new_tokens]
+            nxt = _pick(logits, temperature, top_k, gen).tolist()  # [R]
+            if on_step is not None:
+                for row, r in enumerate(active):
+                    on_step(r, logits[row])
+            active = take_tokens(results, active, nxt, eos, max_new_tokens)
         else:
             _pad_forward(model)
         if not _any_active(model, active):
@@ -151,16 +167,3 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int, eos: Eos | No
         ctx = ForwardContext([1] * len(active), [caches[r] for r in active], [ids_of[r] for r in active])
     return results
 
-
-def _advance(results, active, logits, nxt, eos: Eos, on_step) -> list[int]:
-    """Append each active request's token; returns the requests that did not finish."""
-    still = []
-    for row, (r, tok) in enumerate(zip(active, nxt)):
-        if on_step is not None:
-            on_step(r, logits[row])
-        results[r].tokens.append(tok)
-        if tok in eos.ids:
-            results[r].finish_reason = "eos" if tok == eos.end_id else "stop"
-        else:
-            still.append(r)
-    return still

@@ -75,7 +75,7 @@ class InklingForCausalLM(nn.Module):
             h = layer(h, ctx)
         h = self.norm(h)
         inkling_probe.probe("norm", h)
-        last = torch.tensor(ctx.seq_lens, device=h.device).cumsum(0) - 1  # [R]
+        last = torch.tensor(ctx.seq_lens, device=h.device).cumsum(0) - 1 if last_only else None  # [R]
         if last_only and not inkling_probe.enabled():
             h = h[last]  # [R, H]
         logits = self.unembed(h / self.config.logits_mup_width_multiplier)  # [T, V_padded]

@@ -20,6 +20,7 @@ BUILTIN = {
     "show": "inkling_probe.cli.show:command",
     "compare": "inkling_probe.cli.compare:command",
     "replay": "inkling_probe.cli.replay:command",
+    "graphdiff": "inkling_probe.cli.graphdiff:command",
     "paired": "inkling_probe.cli.paired:command",
     "health": "inkling_probe.cli.health:command",
     "parity": "inkling_probe.cli.parity:command",

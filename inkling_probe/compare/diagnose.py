@@ -86,16 +86,7 @@ def explain_row(row: Row, dumps: dict, ents: dict, walker, tp_sizes) -> list:
 
 
 def call_explain(r: np.ndarray, c: np.ndarray, ctx: Context) -> list:
-    """explain() on float64 arrays."""
-    import sys
-
-    if hasattr(sys.modules["inkling_probe.compare.explain"], "torch"):  # transitional: torch-based explain
-        import torch
-
-        ctx.ref_dtype = ctx.cand_dtype = torch.float64
-        if ctx.routing is not None:
-            ctx.routing = torch.from_numpy(ctx.routing)
-        return explain(torch.from_numpy(r), torch.from_numpy(c), ctx)
+    """explain() on float64 arrays (the context names the original dtypes)."""
     return explain(r, c, ctx)
 
 

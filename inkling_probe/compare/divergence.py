@@ -18,6 +18,13 @@ score and its worst token row's score. A row's **feeders** are the keys it is co
 2. its error is far beyond what its inputs carry (``jump >= INDEPENDENT``, 8): a second,
    independent error on top of an upstream one (``born = "independent"``).
 
+An error can also be born *under* the allowance and cross it only downstream, where an op
+amplifies it. A row with clean feeders whose score rises to at least ORIGIN_MIN (0.75) of its
+allowance and RISE (3) times its feeders' is a **sub-allowance birth**: it taints what follows
+it. When a diverged row's taint leads back to such a birth, that row is the culprit
+(``born = "below_allowance"``), and the diverged row is its first visible consequence: here the
+culprit is not the first divergence.
+
 A routing decision is never born from diverged inputs (a flip is then a consequence), nor from
 near-tie flips (those are the router's input noise; measure them, don't blame them). With a
 control the allowance is K x the control's error at the key, so an op that amplifies its input
@@ -34,12 +41,14 @@ from inkling_probe.compare.report import Row
 
 INDEPENDENT = 8.0
 DECAY = 0.5
+ORIGIN_MIN = 0.75
+RISE = 3.0
 
 
 def attribute(rows: list[Row]) -> None:
     """Fill ``feeders``, ``score_in``, ``jump`` and ``born`` of rows in execution order."""
     by_key: dict[tuple, Row] = {}
-    tainted: set[int] = set()
+    origin: dict[int, Row] = {}  # id(tainted row) -> the row where its error was born
     layer_rows: list[Row] = []
     current = object()
     last_prev: Row | None = None
@@ -53,10 +62,17 @@ def attribute(rows: list[Row]) -> None:
         row.feeders = [f.key for f in feeders][-8:]
         row.score_in = max((f.score for f in feeders if f.status != "skipped"), default=0.0)
         row.jump = _jump(row.score, row.score_in)
-        dirty = any(id(f) in tainted for f in feeders)
+        sources = [origin[id(f)] for f in feeders if id(f) in origin]
+        dirty = bool(sources)
         row.born = _born(row, dirty)
-        if row.diverged or (dirty and row.score >= DECAY):
-            tainted.add(id(row))
+        if row.born:
+            origin[id(row)] = row
+        elif dirty and (row.diverged or row.score >= DECAY):
+            origin[id(row)] = sources[-1]
+            if row.diverged and not sources[-1].diverged and not sources[-1].born:
+                sources[-1].born = "below_allowance"  # the birth this divergence leads back to
+        elif not dirty and row.score >= ORIGIN_MIN and row.score >= RISE * row.score_in and not row.decision:
+            origin[id(row)] = row  # a sub-allowance birth: a culprit once something it feeds diverges
         if not row.key.rsplit(".", 2)[-2:-1] == ["in"]:
             layer_rows.append(row)
         by_key[(row.key, row.step, row.call)] = row
@@ -92,7 +108,7 @@ def first_divergence(rows: list[Row]) -> Row | None:
 
 def culprits(rows: list[Row]) -> list[Row]:
     """Every born row, ranked (module docstring)."""
-    clean = [r for r in rows if r.born == "clean_inputs"]
+    clean = [r for r in rows if r.born in ("clean_inputs", "below_allowance")]
     independent = sorted((r for r in rows if r.born == "independent"), key=lambda r: -r.jump)
     return clean + independent
 

@@ -104,15 +104,3 @@ def is_integer(dtype: str) -> bool:
     """Integer and bool dtypes (by name); packed fp4 bytes are not integers."""
     return dtype.startswith(("int", "uint", "bool")) and dtype != FP4
 
-
-def values(t):
-    """(Transitional) a torch tensor's values as a float64 torch tensor, for the torch-based explain."""
-    import torch
-
-    from inkling_probe.store.dtypes import FP4X2
-
-    if FP4X2 is not None and t.dtype is FP4X2:
-        return torch.from_numpy(unpack_fp4(t.view(torch.uint8).numpy()))
-    if t.dtype.is_floating_point and t.element_size() == 1:
-        return t.float().double()
-    return t.double()

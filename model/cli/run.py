@@ -73,6 +73,29 @@ def _faults(names: tuple[str, ...], impl: str) -> str:
     return text
 
 
+def _check_runtime(config, impl: str, tp: int, cuda_graph: bool, enforce_eager: bool) -> None:
+    if not (cuda_graph or enforce_eager):
+        return
+    import torch
+
+    flag = "--cuda-graph" if cuda_graph else "--enforce-eager"
+    if cuda_graph and not torch.cuda.is_available():
+        raise BadInput("--cuda-graph needs a CUDA device, and torch.cuda.is_available() is False here")
+    if impl != "native" or tp != 1:
+        raise BadInput(f"{flag} runs inkling_model's decode runtime at --tp 1 (--impl native)")
+    if config.quant_method is not None:
+        raise BadInput(f"{flag}: the decode runtime needs bf16/fp32 routed experts, not {config.quant_method}")
+
+
+def _check_allreduce(spec: str) -> None:
+    from inkling_model import allreduce
+
+    try:
+        allreduce.parse(spec)
+    except ValueError as e:
+        raise BadInput(f"--allreduce: {e}") from None
+
+
 # -- the runs (module level: spawned ranks import them) ---------------------------------------
 def _dtype(name: str):
     import torch
@@ -104,12 +127,14 @@ def native_rank(rank: int, world: int, ckpt: str, dtype: str, prompts: list[list
     gen = dict(gen)
     prompts = [prompts] if prompts and isinstance(prompts[0], int) else prompts
     config = InklingConfig.from_pretrained(ckpt)
+    cuda_graph, enforce_eager = gen.pop("cuda_graph", False), gen.pop("enforce_eager", False)
     tp = parallel.init(dp_size=gen.pop("dp", 1), expert_parallel=gen.pop("expert_parallel", False))
     model = InklingForCausalLM(config, tp, _dtype(dtype))
     try:
         load_checkpoint(model, ckpt, config)
     except CheckpointError as e:
         return {"error": str(e)}
+    model.to("cuda" if cuda_graph else "cpu")
     mine = list(range(tp.dp_peers.rank, len(prompts), tp.dp_size))
     steps = StepLog(len(mine))
     with inkling_probe.recording(dump) if dump else contextlib.nullcontext(), torch.no_grad():
@@ -117,7 +142,14 @@ def native_rank(rank: int, world: int, ckpt: str, dtype: str, prompts: list[list
             prefill(model, [prompts[i] for i in mine], mine)
             return {"responses": [{"id": i, "tokens": [], "finish_reason": "prefill only", "steps": []}
                                   for i in mine]}
-        out = generate(model, [prompts[i] for i in mine], max_new, eos, request_ids=mine, on_step=steps, **gen)
+        if cuda_graph or enforce_eager:  # the decode runtime: static pool, graphs unless enforce_eager (one request)
+            from inkling_model.runtime import Runtime
+
+            rt = Runtime(model, max_batch=1, max_len=len(prompts[0]) + max_new + 1, cuda_graph=cuda_graph,
+                         enforce_eager=enforce_eager)
+            out = rt.generate(prompts[:1], max_new, eos, **gen)
+        else:
+            out = generate(model, [prompts[i] for i in mine], max_new, eos, request_ids=mine, on_step=steps, **gen)
     return {"responses": [{"id": i, "tokens": o.tokens, "finish_reason": o.finish_reason, "steps": steps.of(k)}
                           for k, (i, o) in enumerate(zip(mine, out))]}
 
@@ -195,12 +227,20 @@ def _run(impl, ckpt, tp, dp, dtype, prompts, max_new, eos, dump, gen) -> list[di
 @click.option("--eos", metavar="IDS", help="End id (then stop ids), overriding tokenizer/generation_config/config.")
 @click.option("--fault", multiple=True, metavar="NAME",
               help="Plant a known bug (repeatable; env INKLING_FAULT). Names: raw_input_amax, gate_up_layout, "
-                   "renorm_rows, adp_global_tp_size, adp_dense_allreduce, no_config_eos.")
+                   "renorm_rows, capture_unsafe_allreduce, adp_global_tp_size, adp_dense_allreduce, no_config_eos.")
+@click.option("--cuda-graph", is_flag=True, envvar="INKLING_CUDA_GRAPH", show_envvar=True,
+              help="Decode through the runtime (static KV pool) with CUDA graphs, on the GPU; probes record "
+                   "inside the graphs.")
+@click.option("--enforce-eager", is_flag=True, envvar="INKLING_ENFORCE_EAGER", show_envvar=True,
+              help="Decode through the same runtime eagerly (with --cuda-graph: on the GPU, no capture).")
+@click.option("--allreduce", "allreduce_spec", metavar="SPEC", envvar="INKLING_ALLREDUCE", show_envvar=True,
+              help="All-reduce strategy: nccl|oneshot|auto, then optional GLOB=STRATEGY rules per module "
+                   "(e.g. 'nccl,layers.*.attn.o_proj=oneshot').")
 @click.option("--dump", type=click.Path(), help="Dump directory to record into (must not exist).")
 @click.option("--gen-log", type=click.Path(dir_okay=False), metavar="FILE",
               help="Write one JSON line per response (ids, finish reason, per-step top logits) for `health`.")
 def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, dp, max_new_tokens, temperature, top_k, seed,
-            eos, fault, dump, gen_log):
+            eos, fault, cuda_graph, enforce_eager, allreduce_spec, dump, gen_log):
     """Run the model on a checkpoint with recording on; prints the generated tokens."""
     ckpt_dir = Path(ckpt)
     config = _config(ckpt_dir)
@@ -213,20 +253,26 @@ def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, dp, max_new_
         raise BadInput(f"--tokens: id {bad[0]} is outside the vocabulary [0, {config.vocab_size})")
     _check_parallel(config, tp, dp, impl, len(prompts))
     fault_text = _faults(fault, impl)
+    _check_runtime(config, impl, tp, cuda_graph, enforce_eager)
+    if (cuda_graph or enforce_eager) and (dp > 1 or len(prompts) > 1):
+        raise BadInput("--cuda-graph/--enforce-eager decode one request: pass --tokens once, without --dp")
+    _check_allreduce(allreduce_spec or "")
     _check_outputs(dump, gen_log, impl)
-    old = os.environ.get("INKLING_FAULT")
-    os.environ["INKLING_FAULT"] = fault_text  # spawned ranks inherit it
+    env = {"INKLING_FAULT": fault_text, "INKLING_ALLREDUCE": allreduce_spec or ""}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # spawned ranks inherit them
     try:
         eos_spec = _resolve_eos(eos, tokenizer, ckpt_dir)
         gen = dict(temperature=temperature, top_k=top_k, seed=seed)
         if impl == "native":
-            gen.update(expert_parallel=expert_parallel, dp=dp)
+            gen.update(expert_parallel=expert_parallel, dp=dp, cuda_graph=cuda_graph, enforce_eager=enforce_eager)
         responses = _run(impl, str(ckpt_dir), tp, dp, dtype, prompts, max_new_tokens, eos_spec, dump, gen)
     finally:
-        if old is None:
-            os.environ.pop("INKLING_FAULT", None)
-        else:
-            os.environ["INKLING_FAULT"] = old
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     if "error" in responses[0]:
         raise BadInput(responses[0]["error"])
     _report(impl, tp, dp, dtype, prompts, eos_spec, fault_text, responses, dump)

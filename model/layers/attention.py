@@ -19,6 +19,7 @@ from inkling_model.layers.linear import ColumnParallelLinear, RowParallelLinear
 from inkling_model.layers.loading import make_param, replicated_loader
 from inkling_model.layers.norm import RMSNorm
 from inkling_model.parallel import Parallel, divide
+from inkling_model.runtime_decode import decode_attention
 
 
 class RelativeLogits(nn.Module):
@@ -59,7 +60,7 @@ class Attention(nn.Module):
         self.wk_dv = ColumnParallelLinear(h, kv, g)
         self.wv_dv = ColumnParallelLinear(h, kv, g)
         self.wr_du = ColumnParallelLinear(h, self.total_num_heads * config.d_rel, g)
-        self.wo_ud = RowParallelLinear(self.total_num_heads * self.head_dim, h, g)
+        self.wo_ud = RowParallelLinear(self.total_num_heads * self.head_dim, h, g, name=f"{self.prefix}.o_proj")
         self.k_sconv = ShortConv(kv, k, layer_idx, "k", g)
         self.v_sconv = ShortConv(kv, k, layer_idx, "v", g)
         self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
@@ -78,8 +79,11 @@ class Attention(nn.Module):
         inkling_probe.probe(f"{p}.r", r, shard="concat", dim=1)
         v = v.view(T, self.num_kv_heads, self.head_dim)
         r = r.view(T, self.num_heads, self.d_rel)
-        segs = zip(q.split(ctx.seq_lens), k.split(ctx.seq_lens), v.split(ctx.seq_lens), r.split(ctx.seq_lens))
-        out = torch.cat([self._request(i, *s, ctx) for i, s in enumerate(segs)])  # [T, nh, hd]
+        if getattr(ctx, "pool", None) is not None:  # decode over the static pool (model/runtime_decode.py)
+            out = decode_attention(self, q, k, v, r, ctx)  # [T, nh, hd]
+        else:
+            segs = zip(q.split(ctx.seq_lens), k.split(ctx.seq_lens), v.split(ctx.seq_lens), r.split(ctx.seq_lens))
+            out = torch.cat([self._request(i, *s, ctx) for i, s in enumerate(segs)])  # [T, nh, hd]
         if self.tp.dp_size > 1 and faults.is_active("adp_global_tp_size"):
             out[:, divide(self.total_num_heads, self.tp.world.size):] = 0  # heads the kernel never wrote
         out = out.reshape(T, self.num_heads * self.head_dim)  # [T, nh*hd]

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from inkling_model import allreduce
 from inkling_model.layers.loading import make_param, shard_loader
 from inkling_model.parallel import Group, divide
 
@@ -28,7 +29,7 @@ class VocabParallelEmbedding(nn.Module):
         inside = (local >= 0) & (local < self.vocab_size)  # [T]
         y = F.embedding(local.clamp(0, self.vocab_size - 1), self.weight)  # [T, H]
         y = y * inside.unsqueeze(-1).to(y.dtype)
-        return self.group.all_reduce(y)
+        return allreduce.all_reduce(y, self.group, "embed")
 
 
 class ParallelLMHead(nn.Module):

@@ -83,6 +83,10 @@ class NvFp4RoutedExperts(nn.Module):
         return nvfp4.fake_quant(act, self.w2_input_scale[e]) @ w2.t()  # [n, H]
 
     def forward(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_w: torch.Tensor) -> torch.Tensor:
+        from inkling_model import runtime_decode
+        if runtime_decode.static_on():
+            raise NotImplementedError("NVFP4 routed experts have no capture-safe decode path yet "
+                                      "(the runtime needs bf16/fp32 experts)")
         self._probe_scales()
         xf = x.float()  # [T, H]
         out = torch.zeros_like(xf)  # [T, H]

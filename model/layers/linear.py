@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from inkling_model import allreduce
 from inkling_model.layers.loading import make_param, shard_loader
 from inkling_model.parallel import Group, divide
 
@@ -27,12 +28,13 @@ class RowParallelLinear(nn.Module):
     """y = x W^T with W's input columns split over ``group``; sums the partial outputs itself.
 
     ``forward(x, reduce=False)`` returns this rank's partial sum, for a caller that probes it first
-    and then calls :meth:`reduce`.
+    and then calls :meth:`reduce`. ``name``: the probe key after the reduce, which selects the
+    all-reduce strategy (model/allreduce.py).
     """
 
-    def __init__(self, in_features: int, out_features: int, group: Group, dtype=None):
+    def __init__(self, in_features: int, out_features: int, group: Group, dtype=None, name: str = ""):
         super().__init__()
-        self.group = group
+        self.group, self.name = group, name
         self.total_in_features, self.out_features = in_features, out_features
         self.in_features = divide(in_features, group.size)
         self.weight = make_param((out_features, self.in_features), shard_loader(1, group.rank, group.size), dtype)
@@ -43,4 +45,4 @@ class RowParallelLinear(nn.Module):
 
     def reduce(self, y: torch.Tensor) -> torch.Tensor:
         """All-reduce a partial output over the group."""
-        return self.group.all_reduce(y)
+        return allreduce.all_reduce(y, self.group, self.name)

@@ -26,7 +26,7 @@ class DenseMLP(nn.Module):
         g, h, inter = tp.attn, config.hidden_size, config.intermediate_size
         self.tp, self.prefix = tp, f"layers.{layer_idx}.mlp"
         self.w13_dn = ColumnParallelLinear(h, 2 * inter, g)
-        self.w2_md = RowParallelLinear(inter, h, g)
+        self.w2_md = RowParallelLinear(inter, h, g, name=f"{self.prefix}.out")
         self.global_scale = make_param((1,), replicated_loader)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 import inkling_probe
+from inkling_model import allreduce
 from inkling_model.layers.experts import RoutedExperts
 from inkling_model.layers.router import Router
 from inkling_model.layers.shared import SharedExperts
@@ -52,7 +53,7 @@ class MoE(nn.Module):
         routed = self._routed(x, idx, w)  # [T, H]
         shared = self.shared_experts(x, gammas)  # [T, H] partial over the attention group
         inkling_probe.probe(f"{p}.shared", shared, shard="partial")
-        shared = self.tp.attn.all_reduce(shared)
+        shared = allreduce.all_reduce(shared, self.tp.attn, f"{p}.shared")
         out = routed + shared
         inkling_probe.probe(f"{p}.out", out)
         return out
@@ -62,7 +63,7 @@ class MoE(nn.Module):
         if dp.size == 1:
             routed = self.experts(x, idx, w)  # [T, H] partial over every rank
             inkling_probe.probe(f"{self.prefix}.experts", routed, shard="partial")
-            return self.tp.moe.all_reduce(routed)
+            return allreduce.all_reduce(routed, self.tp.moe, f"{self.prefix}.experts")
         sizes = dp.all_gather_sizes(x.shape[0])
         pad = max(sizes) - x.shape[0]
         xs, idxs, ws = (torch.nn.functional.pad(t, (0, 0, 0, pad)) for t in (x, idx, w))

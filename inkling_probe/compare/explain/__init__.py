@@ -1,9 +1,14 @@
 """Explain a diverged pair: test the hypotheses of DESIGN.md part 4 and return those that hold.
 
 Each hypothesis returns evidence (numbers) and holds only when it explains the difference: after
-undoing the ratio, permutation, shift or clamp the residual error is at the noise level, or the
-zeroed / non-finite / confined positions carry the error. A pair that agrees within ``noise``
-has nothing to explain (an empty list).
+undoing the ratio, offset, rounding, permutation, shift or clamp the residual error is at the noise
+level, or the zeroed / flushed / non-finite / confined positions carry the error. A pair that
+agrees within ``noise`` has nothing to explain (an empty list).
+
+numpy only (no torch import). The cost is bounded: one float64 pass collects the sums that decide
+the ratios, offsets and confinement; every transform is tried on a deterministic sample first and
+verified on the whole only when the sample says it holds; blocks are converted to float64 a few
+MiB at a time (scripts/bench_explain.py measures time and memory against the metrics of the pair).
 
     from inkling_probe.compare import explain
     explain.explain(ref, cand, noise=0.03, token_dim=0)  # -> [Finding(...), ...]
@@ -12,59 +17,66 @@ from __future__ import annotations
 
 import dataclasses
 
-import torch
+import numpy as np
 
-from inkling_probe.compare.explain.base import Context, Finding, rel
+from inkling_probe.compare.explain.base import KINDS, Context, Finding, as_values, unpack_fp4
 from inkling_probe.compare.explain.confined import confined
+from inkling_probe.compare.explain.dtypes import default_noise
 from inkling_probe.compare.explain.nonfinite import nonfinite
+from inkling_probe.compare.explain.offset import channel_offset
+from inkling_probe.compare.explain.pair import Pair
 from inkling_probe.compare.explain.permute import layout_permutation
 from inkling_probe.compare.explain.ratio import constant_ratio
+from inkling_probe.compare.explain.rounding import rounding
 from inkling_probe.compare.explain.saturate import saturation
+from inkling_probe.compare.explain.scaled import channel_ratio, row_ratio
 from inkling_probe.compare.explain.shift import sequence_shift
-from inkling_probe.compare.explain.zeroed import flushed, zeroed
-from inkling_probe.compare.floor import base_threshold, coarsest
-from inkling_probe.compare.values import values
+from inkling_probe.compare.explain.zeroed import FLUSHED_SHARE, flushed, measure, zeroed
 
-__all__ = ["explain", "Context", "Finding"]
-
-_SINGLE = (constant_ratio, layout_permutation, sequence_shift, saturation, zeroed)
+__all__ = ["explain", "Context", "Finding", "KINDS", "unpack_fp4"]
 
 
-def explain(ref: torch.Tensor, cand: torch.Tensor, context: Context | None = None, **fields) -> list[Finding]:
+def explain(ref, cand, context: Context | None = None, **fields) -> list[Finding]:
     """The hypotheses that hold for ``cand`` against ``ref`` (same shape), strongest first.
 
-    ``context`` (or its fields as keywords: ``noise``, ``token_dim``, ``tp_sizes``, ``head_dim``,
-    ``routing``) says what counts as noise and what the dims are; ``noise`` defaults to the
-    dtype-aware threshold of the coarser of the two dtypes.
+    ``ref``/``cand`` are numpy arrays of any real dtype (torch tensors are accepted too, by duck
+    typing); values are computed in float64. ``context`` (or its fields as keywords: ``noise``,
+    ``token_dim``, ``tp_sizes``, ``head_dim``, ``routing``, ``ref_dtype``, ``cand_dtype``) says what
+    counts as noise and what the dims are; ``noise`` defaults to 4 x eps of the coarser dtype.
     """
-    if ref.shape != cand.shape:
-        raise ValueError(f"explain needs equal shapes, got {list(ref.shape)} and {list(cand.shape)}")
-    ctx = _context(ref, cand, context, fields)
-    r, c = values(ref.detach().cpu()), values(cand.detach().cpu())
-    found = nonfinite(r, c, ctx)
-    if not found and rel(r, c) <= ctx.noise:
-        return []
-    for hypothesis in _SINGLE:
-        f = hypothesis(r, c, ctx)
-        if f is not None:
-            found.append(f)
-    if not any(f.name in ("zeroed", "constant_ratio") for f in found):
-        f = flushed(r, c, ctx)
-        if f is not None:
-            found.append(f)
-    found += confined(r, c, ctx)
-    return found
+    (r, r_dtype), (c, c_dtype) = as_values(ref), as_values(cand)
+    if r.shape != c.shape:
+        raise ValueError(f"explain needs equal shapes, got {list(r.shape)} and {list(c.shape)}")
+    ctx = _context(r, r_dtype, c_dtype, context, fields)
+    p = Pair.of(_contiguous(r), _contiguous(c), ctx)
+    found = nonfinite(p) if p.stats.nonfinite else []
+    if p.rel <= ctx.noise:
+        return found
+    ratio = constant_ratio(p)
+    found += [f for f in (ratio, layout_permutation(p), sequence_shift(p), rounding(p), row_ratio(p, ratio is not None),
+                          channel_ratio(p, ratio is not None), channel_offset(p), saturation(p)) if f is not None]
+    if p.stats.zeroed_energy >= FLUSHED_SHARE * p.stats.dd:  # the zeros may carry the error
+        z = measure(p)
+        found += [f for f in (zeroed(p, z), flushed(p, z)) if f is not None]
+    return found + confined(p)
 
 
-def _context(ref, cand, context, fields) -> Context:
-    ctx = context or Context(noise=None)
-    ctx = dataclasses.replace(ctx, **fields) if fields else dataclasses.replace(ctx)
-    if ctx.ref_dtype is None:
-        ctx.ref_dtype = ref.dtype
-    if ctx.cand_dtype is None:
-        ctx.cand_dtype = cand.dtype
+def _contiguous(x: np.ndarray) -> np.ndarray:
+    """C order (blocks are flat ranges); a copy only for a strided view. 0-d arrays stay 0-d."""
+    return x if x.flags.c_contiguous else np.ascontiguousarray(x).reshape(x.shape)
+
+
+def _context(r: np.ndarray, r_dtype: str, c_dtype: str, context: Context | None, fields: dict) -> Context:
+    ctx = dataclasses.replace(context or Context(), **fields)
+    ctx.ref_dtype = ctx.ref_dtype or r_dtype
+    ctx.cand_dtype = ctx.cand_dtype or c_dtype
     if ctx.noise is None:
-        ctx.noise = base_threshold(coarsest(ctx.ref_dtype, ctx.cand_dtype))
-    if ctx.token_dim is not None and not 0 <= ctx.token_dim < max(ref.dim(), 1):
-        ctx.token_dim = None
+        ctx.noise = default_noise(ctx.ref_dtype, ctx.cand_dtype)
+    d = ctx.token_dim
+    ctx.token_dim = None if d is None or not -r.ndim <= d < r.ndim else d % r.ndim
+    if ctx.routing is not None:
+        ctx.routing = as_values(ctx.routing)[0]
+    ctx.tp_sizes = tuple(int(t) for t in ctx.tp_sizes)
     return ctx
+
+

@@ -1,55 +1,108 @@
-"""What every hypothesis shares: its context, its finding, and residual errors in float64."""
+"""What every hypothesis shares: its context, its finding, and the pair's values as numpy.
+
+No torch here (nor anywhere in explain/): a torch tensor is accepted by duck typing and turned
+into numpy with its own methods, so the read side of compare imports numpy only.
+"""
 from __future__ import annotations
 
-import math
+import sys
 from dataclasses import dataclass, field
 
-import torch
+import numpy as np
+
+from inkling_probe.compare.explain.dtypes import dtype_name
+
+# kind: what a verdict matches on; name: the hypothesis as reported (kept stable for the JSON)
+KINDS = ("ratio", "permutation", "confined", "saturation", "zeroed", "shift", "nonfinite", "rounding",
+         "offset", "flushed")
+KIND_OF = {"constant_ratio": "ratio", "row_ratio": "ratio", "channel_ratio": "ratio",
+           "layout_permutation": "permutation", "weight_layout": "permutation", "confined": "confined",
+           "saturation": "saturation", "zeroed": "zeroed", "sequence_shift": "shift",
+           "nonfinite": "nonfinite", "rounding": "rounding", "channel_offset": "offset", "flushed": "flushed"}
 
 
 @dataclass
 class Context:
-    """What a hypothesis may know besides the two tensors.
+    """What a hypothesis may know besides the two arrays.
 
     ``noise`` is the residual rel_rms at or below which a hypothesis explains the difference (the
-    key's divergence threshold, when explain runs inside compare). ``routing`` holds the
-    reference's expert ids per token (``[T, k]``) for the layer, when it was recorded.
+    key's threshold inside compare); None: 4 x eps of the coarser of the two float dtypes.
+    ``token_dim`` is the dim of token rows (None: no such dim). ``routing`` holds the reference's
+    expert ids per token (``[T, k]``) for the layer, when recorded. ``ref_dtype``/``cand_dtype`` are
+    dtype names ('bfloat16', 'float8_e4m3fn', 'float4_e2m1fn_x2', ...); torch dtypes are accepted.
     """
 
-    noise: float = 1e-5
+    noise: float | None = None
     token_dim: int | None = 0
     tp_sizes: tuple[int, ...] = ()
     head_dim: int | None = None
-    routing: torch.Tensor | None = None
-    ref_dtype: torch.dtype | None = None
-    cand_dtype: torch.dtype | None = None
+    routing: np.ndarray | None = None
+    ref_dtype: str | None = None
+    cand_dtype: str | None = None
+
+    def __post_init__(self):
+        self.ref_dtype, self.cand_dtype = dtype_name(self.ref_dtype), dtype_name(self.cand_dtype)
 
 
 @dataclass
 class Finding:
-    """A hypothesis that holds: its name, a one-line summary and the numbers behind it."""
+    """A hypothesis that holds: its name, its kind (one of ``KINDS``), a one-line summary and the
+    numbers behind it."""
 
     name: str
     summary: str
     evidence: dict = field(default_factory=dict)
+    kind: str = ""
+
+    def __post_init__(self):
+        if not self.kind:
+            self.kind = KIND_OF.get(self.name, self.name)
 
     def to_dict(self) -> dict:
-        return {"hypothesis": self.name, "summary": self.summary, "evidence": self.evidence}
+        return {"hypothesis": self.name, "kind": self.kind, "summary": self.summary, "evidence": self.evidence}
 
 
-def rel(ref: torch.Tensor, cand: torch.Tensor) -> float:
-    """rel_rms in float64 over positions finite on both sides (0/0 = 0, x/0 = inf)."""
-    both = torch.isfinite(ref) & torch.isfinite(cand)
-    r, c = ref[both], cand[both]
-    num, den = float((c - r).square().sum().sqrt()), float(r.square().sum().sqrt())
-    if den == 0:
-        return 0.0 if num == 0 else math.inf
-    return num / den
+E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+                 -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])  # value of each fp4 nibble
+
+
+def unpack_fp4(packed: np.ndarray) -> np.ndarray:
+    """Packed fp4 bytes ``[.., n]`` (uint8, even element in the low nibble) -> float64 ``[.., 2n]``."""
+    b = np.asarray(packed)
+    if b.dtype != np.uint8:
+        raise TypeError(f"unpack_fp4 needs uint8 bytes, got {b.dtype}")
+    out = np.empty((*b.shape[:-1], 2 * b.shape[-1]) if b.ndim else (2,))
+    out[..., 0::2] = E2M1[b & 0xF]
+    out[..., 1::2] = E2M1[b >> 4]
+    return out
+
+
+def as_values(x) -> tuple[np.ndarray, str]:
+    """(numpy values, dtype name) of a numpy array or, by duck typing, a torch tensor.
+
+    bf16 and the 8-bit floats become exact float32, packed fp4 is unpacked; numpy arrays pass as
+    they are (the caller unpacks fp4 bytes and says the dtype in the Context).
+    """
+    if not hasattr(x, "detach"):
+        a = np.asarray(x)
+        if a.dtype.kind == "c" or a.dtype.kind not in "fiub":
+            raise TypeError(f"explain needs real numbers, got {a.dtype}")
+        return a, a.dtype.name
+    t = x.detach().cpu()
+    name = dtype_name(t.dtype)
+    if name == "float4_e2m1fn_x2":
+        torch = sys.modules[type(t).__module__.split(".")[0]]  # already imported by the caller
+        return unpack_fp4(t.view(torch.uint8).numpy()), name
+    if t.is_complex():
+        raise TypeError(f"explain needs real numbers, got {name}")
+    if t.is_floating_point() and name not in ("float16", "float32", "float64"):
+        t = t.float()  # bf16, fp8, e8m0: exact in float32
+    return t.numpy(), name
 
 
 def short_list(items, limit: int = 16) -> str:
     """'[2, 5]' or '[0, 1, ... 37 more]'."""
-    items = list(items)
+    items = [int(i) if isinstance(i, np.integer) else i for i in items]
     if len(items) <= limit:
         return str(items)
     return str(items[:limit])[:-1] + f", ... {len(items) - limit} more]"
@@ -57,3 +110,16 @@ def short_list(items, limit: int = 16) -> str:
 
 def fmt_num(x: float) -> str:
     return f"{x:.6g}"
+
+
+def median(v: np.ndarray) -> float:
+    """The median (np.median would import numpy.ma: a quarter second on a cold start)."""
+    s = np.sort(v.ravel())
+    return float(s[(len(s) - 1) // 2] + s[len(s) // 2]) / 2
+
+
+def summary_of(v: np.ndarray) -> dict:
+    """{min, median, max} of a vector, as floats."""
+    if v.size == 0:
+        return {"min": None, "median": None, "max": None}
+    return {"min": float(v.min()), "median": median(v), "max": float(v.max())}

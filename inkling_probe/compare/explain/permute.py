@@ -1,102 +1,125 @@
 """Layout permutation: the candidate holds the reference's values in another order.
 
-Each transform undoes one layout bug on the candidate; the hypothesis holds for a transform
-after which the residual is at the noise level (and only when the untransformed pair diverges):
+Each transform undoes one layout bug on the candidate (lazily, as a re-indexed view); the
+hypothesis holds for a transform after which the residual is at the noise level (tried on the
+sample, verified on the whole):
 
-- ``transpose``: the last two dims swapped (square matrices; other shapes fail at alignment);
+- ``transpose``: the last two dims swapped (square matrices);
 - ``interleaved_as_concat`` / ``concat_as_interleaved`` along a dim: rows ``[g0, u0, g1, u1, ...]``
   read as ``[g; u]`` or the reverse (the gate/up layout of a fused w13);
 - ``swapped_halves`` along a dim;
-- ``shard_order`` along a dim for tp in the dumps' world sizes and 2, 4, 8: the tp chunks in
-  another order (the permutation is found by matching each chunk to its best reference chunk);
-- ``adjacent_pairs_swapped`` along the last dim: fp4 nibble order (low/high nibble swapped)
-  when a side is packed fp4 or uint8.
+- ``shard_order`` along a dim for tp in the dumps' world sizes and 4, 8: the tp chunks in another
+  order, each candidate chunk matched to its best reference chunk on a sample taking the same
+  offsets in every chunk;
+- ``chunk_order`` along the last dim: three chunks (q/k/v) of sizes ``[a, b, b]`` in another order
+  (see :mod:`.qkv`);
+- ``adjacent_pairs_swapped`` along the last dim, named ``fp4_nibble_order`` when a side is packed
+  fp4 or uint8 (the caller unpacked the nibbles).
+
+The index helpers work on numpy arrays and torch tensors alike (replay permutes parameters).
 """
 from __future__ import annotations
 
-import torch
+import numpy as np
 
-from inkling_probe.store.dtypes import FP4X2
+from inkling_probe.compare.explain.base import Finding
+from inkling_probe.compare.explain.blocks import Remapped, f64
+from inkling_probe.compare.explain.pair import Pair
+from inkling_probe.compare.explain.qkv import chunk_order
+from inkling_probe.compare.explain import sample
 
-from inkling_probe.compare.explain.base import Context, Finding, rel
-
-_FP4_LIKE = {FP4X2, torch.uint8} - {None}
-
-
-def interleaved_to_concat(c: torch.Tensor, d: int) -> torch.Tensor:
-    n = c.shape[d]
-    idx = torch.cat([torch.arange(0, n, 2), torch.arange(1, n, 2)])
-    return c.index_select(d, idx)
+_FP4_LIKE = {"float4_e2m1fn_x2", "uint8"}
 
 
-def concat_to_interleaved(c: torch.Tensor, d: int) -> torch.Tensor:
-    n = c.shape[d]
-    idx = torch.stack([torch.arange(n // 2), torch.arange(n // 2) + n // 2], dim=1).reshape(-1)
-    return c.index_select(d, idx)
+def interleaved_index(n: int) -> np.ndarray:
+    """undone[j] = x[idx[j]]: interleaved ``[g0, u0, g1, u1, ...]`` read back as ``[g; u]``."""
+    return np.concatenate([np.arange(0, n, 2), np.arange(1, n, 2)])
 
 
-def swap_halves(c: torch.Tensor, d: int) -> torch.Tensor:
-    return torch.cat(c.chunk(2, dim=d)[::-1], dim=d)
+def concat_index(n: int) -> np.ndarray:
+    """undone[j] = x[idx[j]]: concatenated ``[g; u]`` read back as interleaved."""
+    return np.stack([np.arange(n // 2), np.arange(n // 2) + n // 2], axis=1).reshape(-1)
 
 
-def _pairs_swapped(c: torch.Tensor) -> torch.Tensor:
-    return c.reshape(*c.shape[:-1], c.shape[-1] // 2, 2).flip(-1).reshape(c.shape)
+def halves_index(n: int) -> np.ndarray:
+    return np.concatenate([np.arange(n // 2, n), np.arange(n // 2)])
 
 
-def _shard_order(ref: torch.Tensor, cand: torch.Tensor, d: int, tp: int):
-    """The chunk permutation (candidate chunk j holds reference chunk perm[j]) and the residual."""
-    rc, cc = ref.chunk(tp, dim=d), cand.chunk(tp, dim=d)
-    perm = []
-    for c in cc:
-        errs = [rel(r, c) for r in rc]
-        perm.append(min(range(tp), key=errs.__getitem__))
-    if sorted(perm) != list(range(tp)) or perm == list(range(tp)):
-        return None, None
-    undone = torch.cat([cc[perm.index(i)] for i in range(tp)], dim=d)
-    return perm, rel(ref, undone)
+def _along(x, d: int, idx: np.ndarray):
+    return x[(slice(None),) * d + (idx,)]
 
 
-def _dim_transforms(ref: torch.Tensor, d: int):
-    n = ref.shape[d]
-    if n >= 4 and n % 2 == 0:
-        yield "interleaved_as_concat", f"candidate rows interleaved [g0, u0, g1, u1, ...] where the reference " \
-            f"has them concatenated [g; u] along dim {d}", lambda c: interleaved_to_concat(c, d)
-        yield "concat_as_interleaved", f"candidate concatenated [g; u] where the reference interleaves " \
-            f"[g0, u0, g1, u1, ...] along dim {d}", lambda c: concat_to_interleaved(c, d)
-    if n >= 2 and n % 2 == 0:
-        yield "swapped_halves", f"candidate halves swapped along dim {d}", lambda c: swap_halves(c, d)
+def interleaved_to_concat(x, d: int):
+    return _along(x, d, interleaved_index(x.shape[d]))
 
 
-def layout_permutation(ref: torch.Tensor, cand: torch.Tensor, ctx: Context) -> Finding | None:
-    if ref.dim() == 0 or rel(ref, cand) <= ctx.noise:
+def concat_to_interleaved(x, d: int):
+    return _along(x, d, concat_index(x.shape[d]))
+
+
+def swap_halves(x, d: int):
+    return _along(x, d, halves_index(x.shape[d]))
+
+
+def layout_permutation(p: Pair) -> Finding | None:
+    if p.r.ndim == 0:
         return None
     best = None
-    for name, summary, undo, params in _transforms(ref, ctx):
-        residual = rel(ref, undo(cand))
-        if residual <= ctx.noise and (best is None or residual < best.evidence["residual_rel_rms"]):
+    for name, summary, view, params in _transforms(p):
+        residual = p.residual(c=view)
+        if residual is not None and (best is None or residual < best.evidence["residual_rel_rms"]):
             best = Finding("layout_permutation", summary, {"permutation": name, **params, "residual_rel_rms": residual})
-    for d in range(ref.dim()):
-        for tp in sorted({*ctx.tp_sizes, 2, 4, 8}):
-            if tp <= 2 or ref.shape[d] % tp:  # tp 2 reversed is swapped_halves
-                continue
-            perm, residual = _shard_order(ref, cand, d, tp)
-            if perm is not None and residual <= ctx.noise and best is None:
-                best = Finding("layout_permutation", f"tp={tp} shards along dim {d} in order {perm}",
-                               {"permutation": "shard_order", "dim": d, "tp": tp, "order": perm,
-                                "residual_rel_rms": residual})
-    return best
+    return best or chunk_order(p) or shard_order(p)  # fewer chunks moved first: 2, then 3 (q/k/v), then tp
 
 
-def _transforms(ref: torch.Tensor, ctx: Context):
-    if ref.dim() >= 2 and ref.shape[-1] == ref.shape[-2]:
+def _transforms(p: Pair):
+    r, c = p.r, p.c
+    if r.ndim >= 2 and r.shape[-1] == r.shape[-2]:
         yield "transpose", "candidate is the transpose of the reference (last two dims)", \
-            lambda c: c.transpose(-1, -2), {"dim": [ref.dim() - 2, ref.dim() - 1]}
-    for d in range(ref.dim()):
-        for name, summary, undo in _dim_transforms(ref, d):
-            yield name, summary, undo, {"dim": d}
-    if ref.shape[-1] % 2 == 0 and ref.shape[-1] >= 2:
-        nibble = ctx.ref_dtype in _FP4_LIKE or ctx.cand_dtype in _FP4_LIKE
+            np.swapaxes(c, -1, -2), {"dim": [r.ndim - 2, r.ndim - 1]}
+    for d, n in enumerate(r.shape):
+        if n >= 4 and n % 2 == 0:
+            yield "interleaved_as_concat", f"candidate rows interleaved [g0, u0, g1, u1, ...] where the " \
+                f"reference has them concatenated [g; u] along dim {d}", Remapped(c, d, interleaved_index(n)), {"dim": d}
+            yield "concat_as_interleaved", f"candidate concatenated [g; u] where the reference interleaves " \
+                f"[g0, u0, g1, u1, ...] along dim {d}", Remapped(c, d, concat_index(n)), {"dim": d}
+        if n >= 2 and n % 2 == 0:
+            yield "swapped_halves", f"candidate halves swapped along dim {d}", Remapped(c, d, halves_index(n)), {"dim": d}
+    n = r.shape[-1]
+    if n >= 2 and n % 2 == 0:
+        nibble = p.ctx.ref_dtype in _FP4_LIKE or p.ctx.cand_dtype in _FP4_LIKE
         summary = ("fp4 nibble order swapped (low/high nibble of each byte)" if nibble
                    else "adjacent pairs swapped along the last dim")
-        yield ("fp4_nibble_order" if nibble else "adjacent_pairs_swapped"), summary, _pairs_swapped, \
-            {"dim": ref.dim() - 1}
+        yield ("fp4_nibble_order" if nibble else "adjacent_pairs_swapped"), summary, \
+            Remapped(c, r.ndim - 1, np.arange(n) ^ 1), {"dim": r.ndim - 1}
+
+
+def shard_order(p: Pair) -> Finding | None:
+    """tp chunks along a dim in another order (tp 2 reversed is swapped_halves)."""
+    for d, n in enumerate(p.r.shape):
+        for tp in sorted({*p.ctx.tp_sizes, 4, 8}):
+            if tp <= 2 or n % tp:
+                continue
+            perm = _match_chunks(p, d, tp)
+            if perm is None:
+                continue
+            m = n // tp
+            src = np.concatenate([perm.index(i) * m + np.arange(m) for i in range(tp)])
+            residual = p.residual(c=Remapped(p.c, d, src))
+            if residual is not None:
+                return Finding("layout_permutation", f"tp={tp} shards along dim {d} in order {perm}",
+                               {"permutation": "shard_order", "dim": d, "tp": tp, "order": perm,
+                                "residual_rel_rms": residual})
+    return None
+
+
+def _match_chunks(p: Pair, d: int, tp: int) -> list[int] | None:
+    """Candidate chunk j holds reference chunk perm[j] (each matched on the sample), or None."""
+    ix = sample.grid(p.r.shape, at=(d, sample.chunk_offsets(p.r.shape[d], tp)))
+    rs, cs = (np.moveaxis(f64(x[ix]), d, 0).reshape(tp, -1) for x in (p.r, p.c))  # [tp, values of a chunk]
+    rr, cc = (rs * rs).sum(1), (cs * cs).sum(1)
+    err = cc[None, :] + rr[:, None] - 2 * rs @ cs.T  # [ref chunk i, cand chunk j] = ||c_j - r_i||^2
+    perm = err.argmin(axis=0).tolist()
+    if sorted(perm) != list(range(tp)) or perm == list(range(tp)):
+        return None
+    return perm

@@ -1,17 +1,17 @@
 """Constant ratio: ``c = s * r`` for one scalar ``s``, matched against known constants.
 
-The ratio is the least-squares fit ``s = <c, r> / <r, r>``; the hypothesis holds when undoing it
-leaves a residual at the noise level (``rel_rms(r, c / s) <= noise``) and ``s`` is not 1 within the
-noise. Known constants: 6 (fp4 max), 448 (fp8 e4m3 max), 2688 = 6 * 448 (the NVFP4 global scale
-divisor), 2**k, sqrt(d) for the tensor's dim sizes and the head dim, tp_size, -1, and their inverses.
+The ratio is the least-squares fit ``s = <c, r> / <r, r>`` (from the one-pass sums); the hypothesis
+holds when undoing it leaves a residual at the noise level (``rel_rms(r, c / s) <= noise``, screened
+from the sums, verified on the values) and ``s`` is not 1 within the noise. Known constants: 6
+(fp4 max), 448 (fp8 e4m3 max), 2688 = 6 * 448 (the NVFP4 global scale divisor), 2**k, sqrt(d) for
+the tensor's dim sizes and the head dim, tp_size, -1, and their inverses.
 """
 from __future__ import annotations
 
 import math
 
-import torch
-
-from inkling_probe.compare.explain.base import Context, Finding, fmt_num, rel
+from inkling_probe.compare.explain.base import Context, Finding, fmt_num
+from inkling_probe.compare.explain.pair import Pair
 
 
 def known_constants(ctx: Context, shape) -> list[tuple[float, str]]:
@@ -33,19 +33,23 @@ def match_constant(ratio: float, ctx: Context, shape, tol: float) -> list[str]:
     return [label for _, label in sorted(hits)]
 
 
-def constant_ratio(ref: torch.Tensor, cand: torch.Tensor, ctx: Context) -> Finding | None:
-    both = torch.isfinite(ref) & torch.isfinite(cand)
-    r, c = ref[both], cand[both]
-    rr = float(r @ r)
-    if rr == 0 or r.numel() == 0:
+def fitted_residual(rr, rc, cc):
+    """rel_rms(r, c / s) for the least-squares ``s = rc / rr``, from sums (numpy arrays or floats):
+    ``||c/s - r||^2 = cc rr^2 / rc^2 - rr``."""
+    return cc * rr * rr / (rc * rc) - rr
+
+
+def constant_ratio(p: Pair) -> Finding | None:
+    st = p.stats
+    if st.rr == 0 or st.rc == 0:
         return None
-    s = float(r @ c) / rr
-    if s == 0 or abs(s - 1.0) <= ctx.noise:
+    s = st.rc / st.rr
+    if abs(s - 1.0) <= p.noise or math.sqrt(max(fitted_residual(st.rr, st.rc, st.cc), 0.0) / st.rr) > 2 * p.noise:
         return None
-    residual = rel(r, c / s)
-    if residual > ctx.noise:
+    residual = p.residual(map_c=lambda cb, key: cb / s)
+    if residual is None:
         return None
-    matches = match_constant(s, ctx, ref.shape, tol=max(1e-3, 2 * ctx.noise))
+    matches = match_constant(s, p.ctx, p.r.shape, tol=max(1e-3, 2 * p.noise))
     named = f" ({' = '.join(matches[:3])})" if matches else " (no known constant)"
     return Finding("constant_ratio", f"candidate = {fmt_num(s)} x reference{named}",
                    {"ratio": s, "inverse": 1.0 / s, "residual_rel_rms": residual, "matches": matches})

@@ -1,29 +1,32 @@
 """Sequence shift: the candidate's token t holds the reference's token t - n.
 
-Tried for n = +-1 .. +-min(8, T // 2) along the token dim; holds for the shift after which the
-overlapping tokens (at least two) agree at the noise level.
+Tried for n = +-1 .. +-min(8, T // 2) along the token dim on the sample of the overlapping tokens;
+holds for the shift after which the overlap (at least two tokens) agrees at the noise level.
 """
 from __future__ import annotations
 
-import torch
-
-from inkling_probe.compare.explain.base import Context, Finding, rel
+from inkling_probe.compare.explain.base import Finding
+from inkling_probe.compare.explain.pair import Pair
 
 MAX_SHIFT = 8
 
 
-def sequence_shift(ref: torch.Tensor, cand: torch.Tensor, ctx: Context) -> Finding | None:
-    d = ctx.token_dim
-    if d is None or ref.dim() == 0 or ref.shape[d] < 3 or rel(ref, cand) <= ctx.noise:
+def _narrow(x, d: int, start: int, length: int):
+    return x[(slice(None),) * d + (slice(start, start + length),)]
+
+
+def sequence_shift(p: Pair) -> Finding | None:
+    d = p.ctx.token_dim
+    if d is None or p.r.ndim == 0 or p.r.shape[d] < 3:
         return None
-    t = ref.shape[d]
+    t = p.r.shape[d]
     best = None
     for n in [s * k for k in range(1, min(MAX_SHIFT, t // 2) + 1) for s in (1, -1)]:
-        if n > 0:  # c[t] = r[t - n]
-            residual = rel(ref.narrow(d, 0, t - n), cand.narrow(d, n, t - n))
-        else:
-            residual = rel(ref.narrow(d, -n, t + n), cand.narrow(d, 0, t + n))
-        if residual <= ctx.noise and (best is None or residual < best[1]):
+        # n > 0: c[t] = r[t - n]
+        r, c = (_narrow(p.r, d, 0, t - n), _narrow(p.c, d, n, t - n)) if n > 0 else \
+            (_narrow(p.r, d, -n, t + n), _narrow(p.c, d, 0, t + n))
+        residual = p.residual(c=c, r=r)
+        if residual is not None and (best is None or residual < best[1]):
             best = (n, residual)
     if best is None:
         return None

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from inkling_probe.compare.metrics import compare_tensors
-from inkling_probe.compare.values import unpack_fp4, values
+from inkling_probe.compare.values import as_float64, unpack_fp4
 
 
 def test_hand_computed_values():
@@ -76,7 +76,7 @@ def test_packed_fp4_compares_values():
     c = torch.tensor([[0x12]], dtype=torch.uint8)  # nibbles swapped: 1.0, 0.5
     m = compare_tensors(r.view(fp4), c.view(fp4))
     assert m.numel == 2 and m.max_abs == 0.5 and m.mismatch == 1.0
-    assert values(r.view(fp4)).shape == (1, 2)
+    assert as_float64(r.view(fp4)).shape == (1, 2)
 
 
 def test_zero_reference():
