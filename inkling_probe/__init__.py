@@ -1,12 +1,13 @@
 """inkling-probe: record, compare and localize numerical divergence in LLM inference engines.
 
 Model code calls :func:`probe` at each probe point; with ``INKLING_PROBE`` unset the call returns at
-once. :func:`record` captures any ``torch.nn.Module`` with forward hooks, :func:`open` reads a dump.
+once. :func:`record` captures any ``torch.nn.Module`` with forward hooks, :func:`open` reads a dump,
+``compare(ref, cand, control=None)`` compares two (a report with an HTML view, ``.plot()``).
 docs/PROBES.md lists the settings and docs/FORMAT.md the file format.
 """
 from inkling_probe.sink import enabled, probe, recording, step
 
-__all__ = ["probe", "step", "enabled", "recording", "record", "open", "NameMap"]
+__all__ = ["probe", "step", "enabled", "recording", "record", "open", "compare", "NameMap"]
 
 
 def __getattr__(name):  # heavy parts load on first use, so `import inkling_probe` stays light
@@ -16,6 +17,10 @@ def __getattr__(name):  # heavy parts load on first use, so `import inkling_prob
     if name == "open":
         from inkling_probe.store.reader import open_dump
         return open_dump
+    if name == "compare":  # the package, callable: inkling_probe.compare(ref, cand, control=None, ...)
+        import inkling_probe.compare as package
+        from inkling_probe.views.notebook import callable_compare
+        return callable_compare(package)
     if name == "NameMap":
         from inkling_probe.namemap import NameMap
         return NameMap

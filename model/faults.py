@@ -1,7 +1,8 @@
 """Planted faults: known bugs, off by default, switched on by name to test the toolkit's hunt.
 
-Switch on with ``INKLING_FAULT=name[,name...]`` (read at every check, so a spawned rank inherits it)
-or, in tests, ``with faults.activate("name"): ...``. Code that carries a fault asks
+Switch on with ``INKLING_FAULT=name[,name...]`` or one variable per fault, ``INKLING_FAULT_<NAME>=1``
+(``INKLING_FAULT_RAW_INPUT_AMAX=1``: a toggle of its own for ``bisect flags``; read at every check, so
+a spawned rank inherits it) or, in tests, ``with faults.activate("name"): ...``. Code that carries a fault asks
 ``faults.is_active("name")``. Each entry documents where the error is BORN, as the canonical probe
 key a correct localization must name (:func:`location` gives it for a config).
 """
@@ -107,9 +108,15 @@ def _check(names: Iterable[str]) -> frozenset[str]:
     return names
 
 
+def switch_var(name: str) -> str:
+    """The variable that switches fault ``name`` on by itself (``INKLING_FAULT_RAW_INPUT_AMAX``)."""
+    return f"{ENV}_{name.upper()}"
+
+
 def from_env(environ=None) -> frozenset[str]:
-    """The faults named in ``INKLING_FAULT`` (comma-separated)."""
-    return _check((environ if environ is not None else os.environ).get(ENV, "").split(","))
+    """The faults named in ``INKLING_FAULT`` (comma-separated) or switched on by ``INKLING_FAULT_<NAME>=1``."""
+    env = environ if environ is not None else os.environ
+    return _check(env.get(ENV, "").split(",") + [n for n in FAULTS if env.get(switch_var(n)) == "1"])
 
 
 def active() -> frozenset[str]:

@@ -7,7 +7,9 @@
 4. record the candidate: inkling_model at TP=2 on the NVFP4 checkpoint with the `raw_input_amax`
    fault planted (the mapper forgets to divide input_amax by 6 * 448);
 5. compare candidate vs reference with the control as noise floor: the culprit must be the first
-   NVFP4 layer's routed experts, explained by a 2688x input scale.
+   NVFP4 layer's routed experts, explained by a 2688x input scale;
+6. write the bug-report folder (report.html, plots, slice.h5, repro.sh, the standalone
+   test_repro.py) and its .zip, and print where they are.
 
 Everything goes through the `inkling-probe` CLI, the way a user would run it.
 """
@@ -24,9 +26,10 @@ import time
 TOKENS = ",".join(str(t) for t in (1, 17, 42, 99, 7, 300, 12, 5, 88, 256, 31, 64, 9, 410, 3, 77))
 
 
-def sh(*args: str, check: bool = True) -> int:
-    print("$ inkling-probe " + " ".join(args), flush=True)
-    code = subprocess.call([sys.executable, "-m", "inkling_probe.cli", *args])
+def sh(*args: str, check: bool = True, env: dict | None = None) -> int:
+    prefix = "".join(f"{k}={v} " for k, v in (env or {}).items())
+    print(f"$ {prefix}inkling-probe " + " ".join(args), flush=True)
+    code = subprocess.call([sys.executable, "-m", "inkling_probe.cli", *args], env={**os.environ, **(env or {})})
     if check and code != 0:
         sys.exit(f"demo: `inkling-probe {args[0]}` failed with exit code {code}")
     return code
@@ -51,8 +54,13 @@ def main() -> None:
     sh("run", "--ckpt", nvfp4, "--impl", "native", "--tp", "2", *common, "--fault", "raw_input_amax",
        "--dump", cand)
     code = sh("compare", ref, cand, "--control", control, "--diverged-only", check=False)
+    # The report's standalone repro re-runs the loader on the culprit's checkpoint tensors: with the
+    # planted fault switched on, as the buggy engine would run it, it fails, as it should.
+    report = os.path.join(work, "bug-report")
+    sh("report", ref, cand, "--control", control, "--ckpt", nvfp4, "-o", report, env={"INKLING_FAULT": "raw_input_amax"})
     print(f"\ndemo: compare exited {code} (1 = divergence found) after {time.perf_counter() - t0:.0f} s; "
           f"dumps in {work}")
+    print(f"demo: bug report in {report}/report.html (attach {report}.zip)")
     sys.exit(0 if code == 1 else 1)
 
 

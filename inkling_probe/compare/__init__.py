@@ -19,3 +19,10 @@ def __getattr__(name):  # replay needs torch: loaded on first use only
         globals()["replay"] = replay  # the import set the submodule here: the function wins
         return replay
     raise AttributeError(f"module 'inkling_probe.compare' has no attribute {name!r}")
+
+
+import sys  # noqa: E402
+
+from inkling_probe.views.notebook import callable_compare  # noqa: E402
+
+callable_compare(sys.modules[__name__])  # inkling_probe.compare(ref, cand, ...) works however imported

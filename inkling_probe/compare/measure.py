@@ -52,9 +52,10 @@ def token_rows(e: Entry) -> int | None:
 
 
 def measure(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: float,
-            set_aside=lambda n: None, batch_rows=(None, None), keep=False) -> Measured:
+            set_aside=lambda n: None, batch_rows=(None, None), keep=False, realign=None) -> Measured:
     """The pair's metrics; ``set_aside(n_rows)`` gives token rows to set aside (or None);
-    ``keep`` keeps the conformed arrays on the result (for decisions and explain)."""
+    ``keep`` keeps the conformed arrays on the result (for decisions and explain); ``realign(r, c)``
+    may reorder both conformed arrays (weights in the order of their routing ids)."""
     if same_bits(ref, cand) and batch_rows == (None, None):
         return Measured("exact", Metrics(numel=ref.first["numel"]), 0.0, token_rows=token_rows(ref))
     try:
@@ -67,6 +68,9 @@ def measure(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: flo
         return Measured("shape", note=str(e))
     r, c, td = conf.ref, conf.cand, conf.token_dim
     out = Measured("ok", note=conf.note, token_dim=td)
+    if realign is not None:
+        r, c, why = realign(r, c)
+        out.note = "; ".join(x for x in (out.note, why) if x)
     if td is not None and not r.packed and r.array.ndim:
         out.token_rows = r.array.shape[td]
         rows = set_aside(out.token_rows)

@@ -5,6 +5,7 @@ import math
 from dataclasses import dataclass, field
 
 from inkling_probe.compare.metrics import Metrics
+from inkling_probe.views.notebook import ReportViews
 
 
 @dataclass
@@ -70,8 +71,8 @@ class Row:
                 "born": self.born, "token_errors": self.token_errors, "metrics": self.metric_dict()}
 
 
-@dataclass
-class Report:
+@dataclass(repr=False)  # the short repr and the HTML table come from ReportViews
+class Report(ReportViews):
     """Everything ``compare`` found; :meth:`to_dict` is the ``--json`` document."""
 
     ref: str

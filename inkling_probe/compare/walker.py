@@ -22,6 +22,10 @@ from inkling_probe.compare.values import as_float64, is_integer
 from inkling_probe.errors import ProbeError
 from inkling_probe.settings import matches_any
 
+# Integer keys that are routing decisions by name: transformers' MoE routers return (logits,
+# weights, ids) and pass the ids to their experts. Only integer tensors matching these count.
+DEFAULT_DECISIONS = ("*.mlp.gate.2", "*.block_sparse_moe.gate.2", "*.mlp.experts.in.1",
+                     "*.block_sparse_moe.experts.in.1")
 K_ROW = 3.0  # a token row diverges past K_ROW x its allowance (rows fluctuate more than tensors)
 UNCLASSIFIED_MAX = 0.25  # without router scores or a control: the changed-token fraction allowed
 
@@ -35,6 +39,8 @@ class _Side:
     aside: dict = field(default_factory=dict)  # step -> (token rows, set of rows)
     tally: dict = field(default_factory=dict)  # decision key -> [changed, seen] over steps
     flips: dict = field(default_factory=dict)  # (key, step, call) -> Decision
+    routed: dict = field(default_factory=dict)  # (step, layer) -> (tokens, k) of a decision seen there
+    ids: dict = field(default_factory=dict)  # (step, layer) -> (reference ids, candidate ids) [T, k]
 
     def advance(self, key: str, step: int, dtypes) -> tuple[int | None, int, str | None]:
         """(layer, depth, precision) of the next key."""
@@ -98,7 +104,9 @@ class Walker:
     def is_decision(self, key: str, *es: Entry) -> bool:
         if any((e.first.get("meta") or {}).get("kind") == "decision" for e in es):
             return True
-        return bool(self.decision_globs) and matches_any(key, self.decision_globs)
+        if self.decision_globs and matches_any(key, self.decision_globs):
+            return True
+        return bool(es) and all(is_integer(e.dtype) for e in es) and matches_any(key, DEFAULT_DECISIONS)
 
     def _ctl_entry(self, p: Pair) -> Entry | None:
         return self.ents.get("control", {}).get((p.key, p.step, p.call))
@@ -108,11 +116,19 @@ class Walker:
         n_ref, n_other = self.call_counts["reference"].get(ident), self.call_counts[label].get(ident)
         if n_ref != n_other:
             return f"called {n_ref} time(s) in the reference, {n_other} in the {label}: not compared by index"
+        if self.is_decision(p.key, p.ref):
+            return ""
         n_rows, changed = side.changed_in(p.step)
         rows = token_rows(p.ref)
-        if changed and not self.is_decision(p.key, p.ref) and rows is not None and rows != n_rows:
+        if changed and rows is not None and rows != n_rows:
             return (f"{rows} rows are not the {n_rows} tokens after a routing change "
                     "(dispatch order?): not compared by index")
+        shape = p.ref.global_shape()
+        routed = side.routed.get((p.step, layer_of(p.key)))
+        if routed and rows is None and len(shape) >= 2 and not is_integer(p.ref.dtype):
+            if changed or shape[0] == routed[0] * routed[1]:
+                return (f"rows [{shape[0]}, ...] are in dispatch order, not tokens, in a routed layer"
+                        + (" after a routing change" if changed else "") + ": not compared by index")
         return ""
 
     def _skip(self, row: Row, why: str) -> Row:
@@ -124,7 +140,7 @@ class Walker:
     def _value_row(self, row: Row, p: Pair, precision, depth) -> None:
         rtol = floor.base_threshold(precision)
         m = measure(self.dumps["reference"], p.ref, self.dumps["candidate"], p.cand, self.metric, rtol,
-                    self.cand.set_aside(p.step), self.batch_rows)
+                    self.cand.set_aside(p.step), self.batch_rows, realign=self._realigner(p, self.cand))
         ctl = self._control_measure(p, precision)
         row.metrics, row.error, row.note = m.metrics, m.error, m.note
         row.floor = ctl.error if ctl is not None and ctl.status in ("ok", "exact") else None
@@ -147,7 +163,25 @@ class Walker:
         if self._not_comparable(p, self.ctl, "control"):
             return None
         return measure(self.dumps["reference"], p.ref, self.dumps["control"], ctl, self.metric,
-                       floor.base_threshold(precision), self.ctl.set_aside(p.step), (self.batch_rows[0], None))
+                       floor.base_threshold(precision), self.ctl.set_aside(p.step), (self.batch_rows[0], None),
+                       realign=self._realigner(p, self.ctl))
+
+    def _realigner(self, p: Pair, side: _Side):
+        """Per-token weights ``[T, k]`` beside a decision are compared in the order of their ids:
+        experts returned in another order (``topk(sorted=False)``) are the same routing."""
+        ids = side.ids.get((p.step, layer_of(p.key)))
+        if ids is None or is_integer(p.ref.dtype) or tuple(p.ref.global_shape()) != tuple(ids[0].shape):
+            return None
+
+        def realign(r, c):
+            ra, ca = np.asarray(r.array), np.asarray(c.array)
+            if ra.shape != ids[0].shape or ca.shape != ids[1].shape:
+                return r, c, ""
+            ro, co = np.argsort(ids[0], axis=-1, kind="stable"), np.argsort(ids[1], axis=-1, kind="stable")
+            r2, c2 = np.take_along_axis(ra, ro, -1), np.take_along_axis(ca, co, -1)
+            moved = not (np.array_equal(ro, co))
+            return type(r)(r2, r.dtype), type(c)(c2, c.dtype), "compared in routing-id order" if moved else ""
+        return realign
 
     def _rows_judged(self, row: Row, m: Measured, ctl: Measured | None) -> None:
         """Token rows judged on their own: a divergence confined to a few rows is not averaged away."""
@@ -233,6 +267,9 @@ class Walker:
         n = m.token_rows if m.token_rows is not None else 1
         if m.status == "exact":
             side.flips[(p.key, p.step, p.call)] = dec.Decision(token_rows=n)
+            shape = p.ref.global_shape()
+            if shape:
+                side.routed[(p.step, layer_of(p.key))] = (n, int(np.prod(shape)) // max(n, 1))
             return dec.Decision(token_rows=n), True
         r_ids = np.moveaxis(m.ref.array, m.token_dim, 0) if m.token_dim is not None else m.ref.array.reshape(1, -1)
         c_ids = np.moveaxis(m.cand.array, m.token_dim, 0) if m.token_dim is not None else m.cand.array.reshape(1, -1)
@@ -240,6 +277,9 @@ class Walker:
         selection = bool((p.ref.first.get("meta") or {}).get("selection"))
         d = dec.classify(r_ids, c_ids, *scores, selection=selection)
         side.flips[(p.key, p.step, p.call)] = d
+        k = int(np.prod(r_ids.shape[1:])) if r_ids.ndim > 1 else 1
+        side.routed[(p.step, layer_of(p.key))] = (r_ids.shape[0], k)
+        side.ids[(p.step, layer_of(p.key))] = (r_ids, c_ids)
         side.note_changes(p.step, d.token_rows, d.changed)
         return d, scores[0] is not None
 

@@ -22,6 +22,7 @@ from torch import nn
 
 import inkling_probe
 from inkling_model import nvfp4
+from inkling_model.precision import keeps_reference
 from inkling_model.layers.loading import make_param, replicated_loader, shard_loader
 from inkling_model.parallel import Parallel, divide
 
@@ -35,6 +36,7 @@ class NvFp4RoutedExperts(nn.Module):
         super().__init__()
         tp = tp or Parallel()
         self.layer_idx, self.group = layer_idx, tp.moe
+        self.unquantized = keeps_reference(layer_idx)  # INKLING_BF16_LAYERS (precision.py)
         self.expert_parallel = tp.expert_parallel
         h, inter = config.hidden_size, config.moe_intermediate_size
         self.total_num_experts, self.hidden_size = config.n_routed_experts, h
@@ -77,17 +79,20 @@ class NvFp4RoutedExperts(nn.Module):
     def expert_forward(self, e: int, x: torch.Tensor) -> torch.Tensor:
         """Local expert e on tokens x [n, H] (fp32 in, fp32 out [n, H])."""
         w13, w2 = self.dequantized(e)
-        a = nvfp4.fake_quant(x, self.w13_input_scale[e])  # [n, H]
+        a = x if self.unquantized else nvfp4.fake_quant(x, self.w13_input_scale[e])  # [n, H]
         y = a @ w13.t()  # [n, 2I] interleaved gate/up
         act = F.silu(y[:, 0::2]) * y[:, 1::2]  # [n, I]
-        return nvfp4.fake_quant(act, self.w2_input_scale[e]) @ w2.t()  # [n, H]
+        if not self.unquantized:
+            act = nvfp4.fake_quant(act, self.w2_input_scale[e])
+        return act @ w2.t()  # [n, H]
 
     def forward(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_w: torch.Tensor) -> torch.Tensor:
         from inkling_model import runtime_decode
         if runtime_decode.static_on():
             raise NotImplementedError("NVFP4 routed experts have no capture-safe decode path yet "
                                       "(the runtime needs bf16/fp32 experts)")
-        self._probe_scales()
+        if not self.unquantized:  # unquantized layers use no activation scale
+            self._probe_scales()
         xf = x.float()  # [T, H]
         out = torch.zeros_like(xf)  # [T, H]
         local = topk_idx - self.expert_start  # [T, k]

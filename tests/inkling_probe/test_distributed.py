@@ -134,6 +134,19 @@ def test_partial_sum_is_accumulated_in_float64():
     assert not torch.equal(naive, global_partial(0, 4))
 
 
+def test_reader_sums_partials_in_float64(tmp_path):
+    """The reader itself (not a helper) returns the float64 sum rounded once to bf16."""
+    from dumps import write_tp
+
+    path = write_tp(tmp_path / "p", [[[("o", partial_part(0, r), {"shard": "partial"})]] for r in range(4)])
+    d = inkling_probe.open(path)
+    got = d.tensor("o")
+    assert got.dtype == torch.bfloat16 and torch.equal(got, global_partial(0, 4))
+    naive = partial_part(0, 0) + partial_part(0, 1) + partial_part(0, 2) + partial_part(0, 3)
+    assert not torch.equal(got, naive)
+    assert (d.array("o") == global_partial(0, 4).float().numpy()).all()  # the numpy path agrees
+
+
 def test_four_ranks_reassemble(tmp_path):
     path = str(tmp_path / "d")
     _spawn(4, [(path, {"INKLING_PROBE_WRITER": "inline"})])

@@ -72,9 +72,14 @@ def test_threshold_and_metric_options(dumps):
 
 
 def test_control_option(dumps):
-    r = run(dumps["ref"], dumps["bad"], "--control", dumps["bad"], "--json")
+    ctl = _write(dumps["root"] / "ctl2", scale_at=1, factor=1.5)  # a control off by half the fault
+    r = run(dumps["ref"], dumps["bad"], "--control", ctl, "--json")
     doc = json.loads(r.output)
-    assert r.exit_code == 0 and doc["rows"][2]["floor"] > 0  # the control is as far off: benign
+    row = next(x for x in doc["rows"] if x["key"] == "layers.1.resid")
+    assert row["floor"] > 0 and row["threshold"] == pytest.approx(2 * row["floor"])  # K x floor, no default
+    assert r.exit_code == 0  # the fault is within 2x the control's own error: benign by that control
+    tight = run(dumps["ref"], dumps["bad"], "--control", ctl, "-k", "1.1", "--json")
+    assert tight.exit_code == 1 and json.loads(tight.output)["culprit"]["key"] == "layers.1.resid"
 
 
 @pytest.mark.parametrize("which", ["missing", "not_a_dump"])

@@ -105,7 +105,10 @@ def test_control_sets_the_floor(tmp_path, x):
 def test_user_threshold_replaces_the_default(tmp_path, x):
     a = write(tmp_path / "a", [chain(x)])
     b = write(tmp_path / "b", [chain(x, noise=0.03)])
-    assert not compare(a, b, threshold=0.2).diverged
+    rep = compare(a, b, threshold=0.2)
+    assert not rep.diverged and {r.threshold for r in rep.rows if r.status != "exact"} == {0.2}
+    assert compare(a, b).diverged  # fp32 default: 0.03 noise is far over it
+    assert compare(a, b, threshold=0.01).diverged
 
 
 def test_name_map_applies_to_both_sides(tmp_path, x):
@@ -148,7 +151,7 @@ def test_token_prefix_when_runs_batch_differently(tmp_path):
     a = write(tmp_path / "a", [[("h", long[:16])]])
     b = write(tmp_path / "b", [[("h", long)]])
     rep = compare(a, b)
-    assert not rep.diverged and rep.rows[0].status == "exact" or rep.rows[0].error == 0
+    assert not rep.diverged and (rep.rows[0].status == "exact" or rep.rows[0].error == 0)
     assert "tokens 0:16" in rep.rows[0].note
     c = write(tmp_path / "c", [[("h", torch.cat([long[:16], long[:16] * 0]))]])
     assert not compare(a, c).diverged

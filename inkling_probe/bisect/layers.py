@@ -1,0 +1,155 @@
+"""``bisect layers``: the first layer where the candidate leaves the reference, recording one layer a run.
+
+1. One ``stats`` run of the reference and the candidate (index rows only: cheap) gives the probe order, so the layers, and
+   each key's NaN/Inf counts: a layer where the candidate turns non-finite and the reference does
+   not surely diverges, which bounds the search from above.
+2. Binary search over the layers (keys before the first layer count with it, keys after the last
+   with the last): each test records one layer's keys in ``full`` mode on every side
+   (``INKLING_PROBE_INCLUDE``) and compares them. ``ceil(log2(L + 1))`` tests find the first diverged
+   layer among L, or none: with the stats run at most ``ceil(log2 L) + 2`` runs per side.
+It assumes an error, once born, stays visible downstream (the residual stream carries it).
+"""
+from __future__ import annotations
+
+import math
+import re
+
+from inkling_probe.bisect.oracle import compare_dumps, verdict
+from inkling_probe.errors import ProbeError
+
+_LAYER = re.compile(r"^layers\.(\d+)\.")
+
+
+def units(keys: list[str]) -> list[dict]:
+    """Keys in execution order -> ``[{"name", "globs"}]``, one per layer, outer keys folded in."""
+    layers = sorted({int(m.group(1)) for k in keys if (m := _LAYER.match(k))})
+    if not layers:
+        return [{"name": "all", "globs": list(keys)}]
+    first_seen = next(i for i, k in enumerate(keys) if _LAYER.match(k))
+    head = [k for k in keys[:first_seen] if not _LAYER.match(k)]
+    tail = [k for k in keys[first_seen:] if not _LAYER.match(k)]
+    out = [{"name": f"layers.{i}", "globs": [f"layers.{i}.*"]} for i in layers]
+    out[0]["globs"] = head + out[0]["globs"]
+    out[-1]["globs"] = out[-1]["globs"] + tail
+    return out
+
+
+def bound(n_layers: int) -> int:
+    """The promised runs per side: ceil(log2 L) + 2."""
+    return math.ceil(math.log2(max(n_layers, 1))) + 2
+
+
+class LayerSearch:
+    """The search over one bisect's sides (``{"ref": Command, "cand": ..., "control": ...}``)."""
+
+    def __init__(self, runner, sides: dict, compare_options: dict, on_crash: str = "fail"):
+        self.runner, self.sides, self.options, self.on_crash = runner, sides, compare_options, on_crash
+
+    def run(self) -> dict:
+        stats = self._side_runs("stats", {"INKLING_PROBE_MODE": "stats", "INKLING_PROBE_INCLUDE": None},
+                                ("ref", "cand"))
+        us = units(self._keys(stats["ref"]))
+        onset = self._nonfinite_onset(stats, us)
+        self.tested: dict[int, dict] = {}
+        hi = self._search(us, -1, len(us) if onset is None else onset)
+        if hi < len(us) and hi not in self.tested and self._test_at(us, hi)["passed"]:
+            hi = self._search(us, hi, len(us))  # the non-finite bound compared within tolerance
+        return self._answer(us, hi, self.tested.get(hi), onset)
+
+    def _search(self, us: list[dict], lo: int, hi: int) -> int:
+        """The first diverged unit in (lo, hi]; ``hi`` is assumed diverged (or past the end)."""
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if self._test_at(us, mid)["passed"] else (lo, mid)
+        return hi
+
+    def _test_at(self, us: list[dict], i: int) -> dict:
+        self.tested[i] = self._test(us[i])
+        return self.tested[i]
+
+    def _answer(self, us, hi, v, onset) -> dict:
+        per_side = sum(1 for r in self.runner.state.runs if r["key"].startswith("cand:"))
+        found = hi < len(us)
+        return {"diverged": found, "layer": us[hi]["name"] if found else None,
+                "first_divergence": v.get("first_divergence") if found else None,
+                "culprit": v.get("culprit") if found else None,
+                "layers": len(us), "runs_per_side": per_side, "bound": bound(len(us)),
+                "nonfinite_onset": us[onset]["name"] if onset is not None else None}
+
+    # -- runs ------------------------------------------------------------------------------
+    def _side_runs(self, tag: str, env: dict, sides=None) -> dict:
+        return {side: self.runner.execute(f"{side}:{tag}", f"{side}-{tag}", cmd, env, record=True)
+                for side, cmd in self.sides.items() if sides is None or side in sides}
+
+    def _test(self, unit: dict) -> dict:
+        env = {"INKLING_PROBE_MODE": "full", "INKLING_PROBE_INCLUDE": ",".join(unit["globs"])}
+        recs = self._side_runs(unit["name"], env)
+        key = f"unit:{unit['name']}"
+        v = self.runner.state.verdicts.get(key)
+        if v is None:
+            v = verdict(self._worst(recs), self._judge(recs), self.on_crash)
+            self.runner.settle(list(recs.values()), v["passed"])
+            self.runner.state.set_verdict(key, v)
+        if self.runner.first_report(f"verdict:{key}"):
+            self.runner.progress("verdict", {"key": key, "label": unit["name"], **v})
+        return v
+
+    def _judge(self, recs: dict) -> dict:
+        bad = [r for r in recs.values() if r["crashed"] or r["exit_code"] != 0]
+        if bad:
+            return {"crashed": True, "why": f"{bad[0]['label']}: exit code {bad[0]['exit_code']}"}
+        path = {side: self.runner.path(r) for side, r in recs.items()}
+        return compare_dumps(path["ref"], path["cand"], path.get("control"), self.options)
+
+    @staticmethod
+    def _worst(recs: dict) -> dict:
+        return next((r for r in recs.values() if r["crashed"] or r["exit_code"] != 0), recs["cand"])
+
+    # -- the stats runs --------------------------------------------------------------------
+    def _open(self, rec: dict):
+        from inkling_probe.store.reader import open_dump
+
+        return open_dump(self.runner.path(rec))
+
+    def _keys(self, rec: dict) -> list[str]:
+        if rec["crashed"] or rec["exit_code"] != 0:
+            raise StatsRunFailed(f"the reference's stats run failed (exit code {rec['exit_code']}); "
+                                 f"see {rec['dir']}/output.txt")
+        try:
+            with self._open(rec) as d:
+                return d.keys()
+        except ProbeError as e:
+            raise StatsRunFailed(f"the reference's stats run left no readable dump: {e}") from None
+
+    def _nonfinite_onset(self, stats: dict, us: list[dict]) -> int | None:
+        cand = stats["cand"]
+        if cand["crashed"] or cand["exit_code"] != 0:
+            self.runner.settle(list(stats.values()), False)
+            return None
+        counts = {side: _nonfinite_by_key(self._open(rec)) for side, rec in stats.items()}
+        onset = None
+        for i, u in enumerate(us):
+            keys = [k for k in counts["cand"] if _in_unit(k, u)]
+            if any(counts["cand"][k] and not counts["ref"].get(k) for k in keys):
+                onset = i
+                break
+        self.runner.settle(list(stats.values()), onset is None)
+        return onset
+
+
+class StatsRunFailed(ProbeError):
+    """The reference's stats run did not give the probe order."""
+
+
+def _nonfinite_by_key(dump) -> dict[str, int]:
+    out: dict[str, int] = {}
+    with dump:
+        for r in dump.index:
+            out[r["key"]] = out.get(r["key"], 0) + int(r.get("nan", 0)) + int(r.get("inf", 0))
+    return out
+
+
+def _in_unit(key: str, unit: dict) -> bool:
+    import fnmatch
+
+    return any(fnmatch.fnmatchcase(key, g) for g in unit["globs"])

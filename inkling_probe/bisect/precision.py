@@ -1,0 +1,54 @@
+"""``bisect precision``: the fewest layers that must run at reference precision for the oracle to pass.
+
+The command reads the layer list from a variable (inkling_model: ``INKLING_BF16_LAYERS``, the
+routed experts of those layers unquantized). ddmin over the layers, with "passes" as the outcome
+it keeps, gives a 1-minimal set: dropping any one layer from it makes the oracle fail.
+"""
+from __future__ import annotations
+
+from inkling_probe.bisect.ddmin import ddmin
+from inkling_probe.bisect.flags import Precondition
+from inkling_probe.bisect.trial import reason, trial
+from inkling_probe.errors import ProbeError
+
+DEFAULT_VAR = "INKLING_BF16_LAYERS"
+
+
+class BadLayers(ProbeError, ValueError):
+    """A layer spec that does not parse."""
+
+
+def parse_layers(spec: str, what: str = "--layers", allow_empty: bool = False) -> list[int]:
+    """``"3-5"``, ``"3,5,7"``, ``"2-4,9"`` -> sorted layer ids (``what`` names the spec in errors)."""
+    out: set[int] = set()
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        a, sep, b = part.partition("-")
+        try:
+            lo, hi = int(a), int(b) if sep else int(a)
+        except ValueError:
+            raise BadLayers(f"{what} {spec!r}: {part!r} is not a layer id or range A-B") from None
+        if lo < 0 or hi < lo:
+            raise BadLayers(f"{what} {spec!r}: {part!r} is not an increasing range of ids >= 0")
+        out.update(range(lo, hi + 1))
+    if not out and not allow_empty:
+        raise BadLayers(f"{what} {spec!r}: no layers")
+    return sorted(out)
+
+
+def bisect_precision(runner, oracle, command, layers: list[int], var: str = DEFAULT_VAR,
+                     on_crash: str = "fail") -> dict:
+    """``{"reference_layers", "quantized_layers", "tests"}``: the layers to keep at reference precision."""
+    tests: dict[str, dict] = {}
+
+    def passes(kept) -> bool:
+        text = ",".join(map(str, kept))
+        key = f"{var}={text}"
+        tests[key] = trial(runner, oracle, on_crash, key, f"ref-{text or 'none'}", command, {var: text})
+        return tests[key]["passed"]
+
+    if not passes(layers):
+        v = tests[f"{var}={','.join(map(str, layers))}"]
+        raise Precondition(f"the oracle fails with every layer in {var}{reason(v)}: precision is not the cause")
+    found = [] if passes([]) else ddmin(layers, passes)
+    return {"reference_layers": found, "quantized_layers": [i for i in layers if i not in found],
+            "variable": var, "tests": len(tests)}

@@ -1,0 +1,174 @@
+"""Runs one command of a bisect and keeps its artifacts; answers repeated runs from the state file.
+
+Each run gets a folder: first ``pending/NNN-label/``, then, once its verdict is known,
+``good/NNN-label/`` or ``bad/NNN-label/``, holding ``command.txt`` (the command line and the
+variables set for it), ``output.txt`` (stdout and stderr), ``exit_code`` and ``dump/`` (when the
+command records one). Commands run without a shell (``shlex`` splits them) unless ``shell=True``.
+``{dump}`` in a command is replaced by the run's dump path; a command without it records through
+``INKLING_PROBE``.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from inkling_probe.errors import ProbeError
+
+TAIL_CHARS = 2000
+
+
+class BudgetSpent(ProbeError):
+    """The ``--max-runs`` budget is spent before the bisect finished (its state is kept)."""
+
+
+class BadCommand(ProbeError):
+    """A command that cannot be parsed or whose program does not exist."""
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command line as the user wrote it; ``shell`` runs it through ``/bin/sh -c``."""
+
+    text: str
+    shell: bool = False
+
+    def check(self, what: str) -> None:
+        """Raise :class:`BadCommand` (naming ``what``) for an empty, unparsable or missing program."""
+        if self.shell:
+            if not self.text.strip():
+                raise BadCommand(f"{what}: empty command")
+            return
+        try:
+            argv = shlex.split(self.text)
+        except ValueError as e:
+            raise BadCommand(f"{what} {self.text!r}: {e}") from None
+        if not argv:
+            raise BadCommand(f"{what}: empty command")
+        if shutil.which(argv[0]) is None:
+            raise BadCommand(f"{what}: program {argv[0]!r} not found (commands run without a shell; "
+                             "pass --shell for shell syntax)")
+
+    def records_into_arg(self) -> bool:
+        return "{dump}" in self.text
+
+    def args(self, dump: str):
+        """What subprocess runs: an argv list, or the shell text (``{dump}`` replaced)."""
+        if self.shell:
+            return self.text.replace("{dump}", shlex.quote(dump))
+        return [a.replace("{dump}", dump) for a in shlex.split(self.text)]
+
+
+class Runner:
+    """Executes runs for one bisect, at most ``max_runs`` of them, reporting to ``progress``."""
+
+    def __init__(self, state, *, max_runs: int | None = None, timeout: float | None = None, progress=None):
+        self.state, self.max_runs, self.timeout = state, max_runs, timeout
+        self.progress = progress or (lambda event, info: None)
+        self.seen: set[str] = set()  # keys reported in this session
+
+    def first_report(self, key: str) -> bool:
+        """True the first time ``key`` is asked about in this session (repeats are not reported)."""
+        new = key not in self.seen
+        self.seen.add(key)
+        return new
+
+    def execute(self, key: str, label: str, command: Command, env: dict, record: bool = False) -> dict:
+        """Run ``command`` with ``env`` set (None: unset), or return the finished run of ``key``."""
+        done = self.state.run(key)
+        if done is not None:
+            if self.first_report(f"run:{key}"):
+                self.progress("cached", done)
+            return done
+        if self.max_runs is not None and len(self.state.runs) >= self.max_runs:
+            raise BudgetSpent(f"--max-runs {self.max_runs} spent ({len(self.state.runs)} runs, kept in "
+                              f"{self.state.workdir}); run the same command with a larger --max-runs to continue")
+        n = len(self.state.runs) + 1
+        self.seen.add(f"run:{key}")
+        folder = self.state.workdir / "pending" / f"{n:03d}-{_safe(label)}"
+        shutil.rmtree(folder, ignore_errors=True)  # left by a run that was killed
+        folder.mkdir(parents=True)
+        self.progress("start", {"n": n, "label": label, "key": key})
+        rec = _run(command, env, folder, record, self.timeout)
+        rec.update(key=key, label=label, n=n)
+        self.state.add_run(rec)
+        self.progress("done", rec)
+        return rec
+
+    def settle(self, runs: list[dict], good: bool) -> None:
+        """Move the runs' folders from pending/ to good/ or bad/ (once)."""
+        side = "good" if good else "bad"
+        for rec in runs:
+            src = self.state.workdir / rec["dir"]
+            if not rec["dir"].startswith("pending/"):
+                continue
+            dst = self.state.workdir / side / src.name
+            dst.parent.mkdir(exist_ok=True)
+            shutil.rmtree(dst, ignore_errors=True)
+            if src.exists():
+                os.replace(src, dst)
+            rec["dir"] = f"{side}/{src.name}"
+            if rec.get("dump"):
+                rec["dump"] = f"{rec['dir']}/dump"
+        self.state.save()
+        pending = self.state.workdir / "pending"
+        if pending.is_dir() and not any(pending.iterdir()):
+            pending.rmdir()
+
+    def path(self, rec: dict, field: str = "dump") -> str:
+        """Absolute path of a run's dump (or folder)."""
+        return str(self.state.workdir / rec[field])
+
+
+def _env(overrides: dict) -> dict:
+    env = dict(os.environ)
+    for name, value in overrides.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = str(value)
+    return env
+
+
+def _run(command: Command, overrides: dict, folder: Path, record: bool, timeout) -> dict:
+    dump = str(folder / "dump")
+    overrides = dict(overrides)
+    if record and not command.records_into_arg():
+        overrides["INKLING_PROBE"] = dump
+    args = command.args(dump)
+    shown = args if isinstance(args, str) else shlex.join(args)
+    sets = " ".join(f"{k}={shlex.quote(v)}" if v is not None else f"-u {k}" for k, v in sorted(overrides.items()))
+    (folder / "command.txt").write_text(f"{sets}\n{shown}\n")
+    code, why, seconds = _spawn(args, command.shell, _env(overrides), folder / "output.txt", timeout)
+    (folder / "exit_code").write_text(f"{code}\n")
+    crashed = why is not None or code < 0
+    return {"command": shown, "env": overrides, "exit_code": code, "crashed": crashed,
+            "why": why or (f"killed by signal {-code}" if code < 0 else None), "seconds": round(seconds, 3),
+            "tail": _tail(folder / "output.txt"), "dir": f"pending/{folder.name}",
+            "dump": f"pending/{folder.name}/dump" if record else None}
+
+
+def _spawn(args, shell: bool, env: dict, out: Path, timeout) -> tuple[int, str | None, float]:
+    t0 = time.monotonic()
+    with open(out, "wb") as f:
+        try:
+            p = subprocess.run(args, shell=shell, env=env, stdout=f, stderr=subprocess.STDOUT,
+                               stdin=subprocess.DEVNULL, timeout=timeout)
+            return p.returncode, None, time.monotonic() - t0
+        except subprocess.TimeoutExpired:
+            return -9, f"timed out after {timeout} s", time.monotonic() - t0
+        except OSError as e:
+            return 127, f"could not start: {e}", time.monotonic() - t0
+
+
+def _tail(path: Path) -> str:
+    data = path.read_bytes()[-TAIL_CHARS:]
+    return data.decode("utf-8", "replace")
+
+
+def _safe(label: str) -> str:
+    return "".join(c if c.isalnum() or c in "._+-=," else "_" for c in label)[:80]

@@ -1,0 +1,35 @@
+"""One trial: run a command (or a few), judge the outcome, file the runs under good/ or bad/."""
+from __future__ import annotations
+
+from inkling_probe.bisect.oracle import verdict
+
+
+def trial(runner, oracle, on_crash: str, key: str, label: str, command, env: dict) -> dict:
+    """Run ``command`` with ``env`` and judge it with ``oracle``; the verdict is kept by ``key``."""
+    rec = runner.execute(key, label, command, env, record=oracle.needs_dump)
+    v = runner.state.verdicts.get(key)
+    if v is None:
+        v = verdict(rec, oracle.judge(rec, runner), on_crash)
+        runner.settle([rec], v["passed"])
+        runner.state.set_verdict(key, v)
+    if runner.first_report(f"verdict:{key}"):
+        runner.progress("verdict", {"key": key, "label": label, **v})
+    return v
+
+
+def reason(v: dict) -> str:
+    """Why a verdict failed, for messages: the crash, or the compare's first divergence."""
+    if v.get("crashed"):
+        return f" ({v.get('why')})"
+    return f" (first divergence {v['first_divergence']})" if v.get("first_divergence") else ""
+
+
+def run_rows(state) -> list[dict]:
+    """Every run with its verdict, for the --json document and the summary table."""
+    rows = []
+    for r in state.runs:
+        v = state.verdicts.get(r.get("trial", r["key"]), {})
+        rows.append({k: r.get(k) for k in ("n", "label", "command", "env", "exit_code", "crashed", "why",
+                                            "seconds", "dir", "dump", "tail")}
+                    | {"passed": v.get("passed"), "resumed": bool(r.get("resumed"))})
+    return rows

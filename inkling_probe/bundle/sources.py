@@ -1,0 +1,59 @@
+"""Where a report's dumps come from besides two paths: a saved ``compare --json`` (the document
+itself) or a ``bisect layers`` result (its work directory or its ``--json`` output), whose decisive
+layer was recorded by the bisect's last failing runs (``bad/NNN-ref-layers.K/dump``, ...).
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+from inkling_probe.errors import ProbeError
+
+SIDES = ("ref", "cand", "control")
+
+
+def load_json(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except FileNotFoundError:
+        raise ProbeError(f"{path}: no such file") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ProbeError(f"{path}: not JSON ({str(e).splitlines()[0][:60]})") from None
+    if not isinstance(doc, dict):
+        raise ProbeError(f"{path}: JSON, but not an object")
+    return doc
+
+
+def is_compare(doc: dict) -> bool:
+    return "rows" in doc and "ref" in doc
+
+
+def bisect_dumps(path: str) -> dict[str, str]:
+    """{side: dump path} of the layer a ``bisect layers`` run found, from its work directory (with
+    state.json) or its ``--json`` output."""
+    if os.path.isdir(path):
+        if not os.path.isfile(os.path.join(path, "state.json")):
+            raise ProbeError(f"{path}: a folder without state.json; pass REF CAND (two dumps), a saved "
+                             "compare JSON or a bisect work directory")
+        workdir, doc = path, load_json(os.path.join(path, "state.json"))
+    else:
+        doc = load_json(path)
+        workdir = doc.get("workdir") or os.path.dirname(path)
+    if "kind" not in doc:
+        raise ProbeError(f"{path}: JSON, but neither a compare result (compare --json) nor a bisect result")
+    if doc.get("kind") != "layers":
+        raise ProbeError(f"{path}: a report reads `bisect layers` results; this is bisect {doc.get('kind')!r}")
+    answer = doc.get("answer") or {}
+    layer = answer.get("layer")
+    if not layer:
+        raise ProbeError(f"{path}: the bisect found no divergent layer (or has not finished): nothing to report")
+    found = {}
+    for side in SIDES:
+        hits = sorted(glob.glob(os.path.join(workdir, "*", f"*-{side}-{layer}", "dump")))
+        if hits:
+            found[side] = hits[-1]
+    if "ref" not in found or "cand" not in found:
+        raise ProbeError(f"{workdir}: no ref and cand dumps of {layer} (looked for */NNN-SIDE-{layer}/dump)")
+    return found

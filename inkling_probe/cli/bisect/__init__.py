@@ -1,0 +1,39 @@
+"""``inkling-probe bisect``: hunts that re-run commands (layers, flags, precision) or split tensors (elements).
+
+One module per sub-command; each loads only when it runs, so ``--help`` stays instant.
+"""
+from __future__ import annotations
+
+import importlib
+
+import click
+
+SUBCOMMANDS = {
+    "layers": "inkling_probe.cli.bisect.layers:command",
+    "flags": "inkling_probe.cli.bisect.flags:command",
+    "elements": "inkling_probe.cli.bisect.elements:command",
+    "precision": "inkling_probe.cli.bisect.precision:command",
+}
+
+
+class _Lazy(click.Group):
+    def list_commands(self, ctx):
+        return sorted(SUBCOMMANDS)
+
+    def get_command(self, ctx, name):
+        spec = SUBCOMMANDS.get(name)
+        if spec is None:
+            return None
+        module, _, attr = spec.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+@click.group("bisect", cls=_Lazy)
+def command():
+    """Find where, or under which settings, a candidate leaves the reference.
+
+    \b
+    Every bisect keeps its runs in --workdir (state.json, good/, bad/) and resumes from it when
+    run again with the same arguments. Exit codes: 0 finished, 1 a divergence was found (layers,
+    elements), 2 bad input, 4 the --max-runs budget was spent (run again with a larger one).
+    """

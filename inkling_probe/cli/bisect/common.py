@@ -1,0 +1,128 @@
+"""Options, progress and output shared by the bisect sub-commands (the only place rich is used)."""
+from __future__ import annotations
+
+import functools
+
+import click
+
+from inkling_probe.cli.common import BadInput, emit_json
+
+EXIT_BUDGET = 4
+
+
+class BudgetExit(click.ClickException):
+    """The --max-runs budget is spent: one line, exit 4, the state kept for a resume."""
+
+    exit_code = EXIT_BUDGET
+
+
+def run_options(f):
+    """--workdir, --shell, --timeout, --on-crash, --max-runs, --json."""
+    opts = [
+        click.option("-w", "--workdir", type=click.Path(file_okay=False), default=None,
+                     help="Where the state file and every run's artifacts go (default: ./bisect-KIND). "
+                          "Run again with the same arguments to resume."),
+        click.option("--shell", is_flag=True, help="Run commands through /bin/sh (default: no shell, shlex-split)."),
+        click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+                     help="Seconds before a run is killed (counted as a crash)."),
+        click.option("--on-crash", type=click.Choice(["fail", "pass", "stop"]), default="fail", show_default=True,
+                     help="What a crashed run (signal, timeout, no start; compare oracles: any non-zero exit) counts as."),
+        click.option("--max-runs", type=click.IntRange(min=1), default=None,
+                     help="Stop (exit 4, state kept) before starting more runs than this."),
+        click.option("--json", "as_json", is_flag=True, help="Print the answer and every run as JSON."),
+    ]
+    return functools.reduce(lambda g, o: o(g), reversed(opts), f)
+
+
+def printer(as_json: bool):
+    """A progress callback that prints one line per run to stderr (rich; nothing with --json)."""
+    if as_json:
+        return None, _null_status()
+    import sys
+
+    from rich.console import Console
+
+    con = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
+    status = con.status("starting")
+
+    def progress(event: str, info: dict) -> None:
+        if event == "start":
+            status.update(f"run {info['n']}: {info['label']}")
+        elif event in ("done", "cached"):
+            how = "from state" if event == "cached" else f"{info['seconds']:.1f} s"
+            crash = f" [red]crashed: {info['why']}[/]" if info["crashed"] else ""
+            con.print(f"  run {info['n']:>3}  {info['label']:<28} exit {info['exit_code']:<4} {how}{crash}")
+        elif event == "verdict":
+            word = "[green]pass[/]" if info["passed"] else "[red]FAIL[/]"
+            extra = f"  first divergence {info['first_divergence']}" if info.get("first_divergence") else ""
+            con.print(f"  -> {info['label']}: {word}{extra}")
+
+    return progress, status
+
+
+class _null_status:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def session(kind: str, workdir, args: dict, max_runs, timeout, as_json):
+    """(state, runner, status) for a bisect; a state with other arguments is bad input."""
+    from inkling_probe.bisect.runner import Runner
+    from inkling_probe.bisect.state import State, StateMismatch
+
+    try:
+        state = State(workdir or f"bisect-{kind}", kind, args)
+    except StateMismatch as e:
+        raise BadInput(str(e)) from None
+    progress, status = printer(as_json)
+    return state, Runner(state, max_runs=max_runs, timeout=timeout, progress=progress), status
+
+
+def guarded(search):
+    """Run ``search()``; the toolkit's expected errors become one-line exits (2, or 4 for the budget)."""
+    from inkling_probe.bisect.runner import BudgetSpent
+    from inkling_probe.errors import ProbeError
+
+    try:
+        return search()
+    except BudgetSpent as e:
+        raise BudgetExit(str(e)) from None
+    except ProbeError as e:
+        raise BadInput(str(e)) from None
+
+
+def finish(state, answer: dict, as_json: bool, render) -> None:
+    """Keep the answer in the state file and print it (JSON with every run, or ``render``)."""
+    from inkling_probe.bisect.trial import run_rows
+
+    state.answer = answer
+    state.save()
+    runs = run_rows(state)
+    if as_json:
+        emit_json({"kind": state.kind, "workdir": str(state.workdir), "answer": answer, "runs": runs,
+                   "runs_done": len(runs), "runs_resumed": state.resumed_runs})
+        return
+    render(answer)
+    fresh = len(runs) - state.resumed_runs
+    click.echo(f"{len(runs)} runs ({fresh} now, {state.resumed_runs} from the state file); "
+               f"artifacts in {state.workdir}/good and {state.workdir}/bad")
+
+
+def commands(shell: bool, **texts) -> dict:
+    """Checked :class:`Command` objects by name (None values skipped)."""
+    from inkling_probe.bisect.runner import BadCommand, Command
+
+    out = {}
+    for what, text in texts.items():
+        if text is None:
+            continue
+        c = Command(text, shell)
+        try:
+            c.check(f"--{what}")
+        except BadCommand as e:
+            raise BadInput(str(e)) from None
+        out[what] = c
+    return out

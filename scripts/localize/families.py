@@ -1,0 +1,11 @@
+"""The corpus's families: each module gives ``cases()`` and ``record_many([(run, dump), ...])``."""
+from __future__ import annotations
+
+import importlib
+
+NAMES = ("llama", "qwen2_moe", "gpt_neox", "inkling")
+
+
+def load(names=NAMES) -> dict:
+    """Family name -> module (imported on demand: transformers is slow to import)."""
+    return {n: importlib.import_module(f"localize.{n}") for n in names}

@@ -1,0 +1,49 @@
+"""elements: a planted block-scale corruption is named by expert, rows and blocks; a copy is 0 diverged."""
+import numpy as np
+
+from inkling_probe.bisect.elements import bisect_elements, region_lines, split
+
+SCALE = "model.llm.layers.4.mlp.experts.w13_weight_scale"
+
+
+def test_corrupted_block_scales_are_named(nvfp4_ckpt, corrupted_copy, tmp_path):
+    def flip(v):
+        v[5, 16:32, 2:4] ^= 0x08  # expert 5, rows 16-31, NVFP4 blocks 2-3
+
+    bad = corrupted_copy(nvfp4_ckpt, tmp_path / "bad", SCALE, flip)
+    res = bisect_elements(str(nvfp4_ckpt), str(bad))
+    assert res["diverged"] == 32
+    (row,) = res["diverged_keys"]
+    assert row["key"] == SCALE
+    assert region_lines(row["regions"]) == ["expert 5: 32 of 1024", "  rows 16-31: 32 of 128",
+                                            "    blocks 2-3: 32 of 32"]
+
+
+def test_correct_pair_is_zero_of_n(nvfp4_ckpt):
+    res = bisect_elements(str(nvfp4_ckpt), str(nvfp4_ckpt))
+    assert res["diverged"] == 0 and res["elements"] > 1_000_000 and not res["diverged_keys"]
+
+
+def test_packed_weight_blocks_are_16_elements():
+    mask = np.zeros((2, 32, 64), bool)
+    mask[1, 3, 17] = mask[1, 3, 50] = True
+    regions = split(mask, [("expert", 0, 1), ("rows", 1, 16), ("blocks", 2, 16)])
+    assert [r["start"] for r in regions] == [1]
+    blocks = regions[0]["inside"][0]["inside"]
+    assert [(b["start"], b["stop"]) for b in blocks] == [(16, 32), (48, 64)]
+
+
+def test_two_dumps_token_rows_and_bf16(tmp_path):
+    import torch
+    from dumps import write
+
+    x = torch.randn(40, 64).to(torch.bfloat16)
+    y = x.clone()
+    y[20, 5] += 1
+    a = write(tmp_path / "a", [[("layers.0.out", x)]])
+    b = write(tmp_path / "b", [[("layers.0.out", y)]])
+    res = bisect_elements(a, b)
+    assert (res["diverged"], res["elements"]) == (1, 40 * 64)
+    assert region_lines(res["diverged_keys"][0]["regions"]) == ["rows 16-31: 1 of 1024",
+                                                                "  blocks 0 (elements 0-15): 1 of 256"]
+    assert bisect_elements(a, a)["diverged"] == 0
