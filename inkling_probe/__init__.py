@@ -12,7 +12,7 @@ __all__ = ["probe", "step", "enabled", "recording", "record", "open", "compare",
 
 def __getattr__(name):  # heavy parts load on first use, so `import inkling_probe` stays light
     if name == "record":
-        from inkling_probe.capture import record
+        from inkling_probe.hooks import record
         return record
     if name == "open":
         from inkling_probe.store.reader import open_dump

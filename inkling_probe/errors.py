@@ -18,3 +18,11 @@ class KeyNotFound(DumpError, KeyError):
 
     def __str__(self):
         return str(self.args[0]) if self.args else ""
+
+
+class ValuesNotStored(DumpError):
+    """The index row exists but its values were not stored (``stats`` or ``hash`` mode)."""
+
+
+class RanksMissing(DumpError):
+    """A sharded tensor lacks some ranks' shards, so its global value can't be reassembled."""

@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from importlib import resources
 
 from inkling_probe.errors import SettingsError
+from inkling_probe.regex_safety import MAX_KEY_CHARS, compile_bounded
+
+_MAX_MAP_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -42,8 +45,15 @@ class NameMap:
             return spec
         path = os.fspath(spec)
         if os.path.exists(path):
-            with open(path, "rb") as fh:
-                text = fh.read().decode("utf-8", errors="replace")
+            if not os.path.isfile(path):
+                raise SettingsError(f"{path}: not a regular file (a name map is a TOML file)")
+            try:
+                with open(path, "rb") as fh:
+                    text = fh.read(_MAX_MAP_BYTES + 1).decode("utf-8", errors="replace")
+            except OSError as e:
+                raise SettingsError(f"{path}: can't read the name map ({e.strerror})") from None
+            if len(text) > _MAX_MAP_BYTES:
+                raise SettingsError(f"{path}: larger than {_MAX_MAP_BYTES >> 20} MiB; not a name map")
             return cls.from_toml(text, source=path)
         shipped = resources.files("inkling_probe.maps") / f"{path}.toml"
         if shipped.is_file():
@@ -60,9 +70,11 @@ class NameMap:
         for i, item in enumerate(doc.get("rule", [])):
             if not isinstance(item, dict) or "match" not in item or "to" not in item:
                 raise SettingsError(f"{source}: rule {i + 1} needs 'match' and 'to'")
+            if not isinstance(item["match"], str) or not isinstance(item["to"], str):
+                raise SettingsError(f"{source}: rule {i + 1}: 'match' and 'to' must be strings")
             try:
-                rules.append(Rule(re.compile(item["match"]), item["to"]))
-            except re.error as e:
+                rules.append(Rule(compile_bounded(item["match"]), item["to"]))
+            except (re.error, ValueError, RecursionError) as e:
                 raise SettingsError(f"{source}: rule {i + 1} match {item['match']!r}: {e}") from None
         unknown = set(doc) - {"rule", "drop_unmatched", "description", "decisions"}
         if unknown:
@@ -78,6 +90,9 @@ class NameMap:
         """The renamed key, the key itself when no rule matches, or None when it is dropped."""
         if key in self._cache:
             return self._cache[key]
+        if len(key) > MAX_KEY_CHARS:
+            raise SettingsError(f"key {key[:40]!r}... is {len(key)} characters; name maps match keys of "
+                                f"at most {MAX_KEY_CHARS}")
         out = None if self.drop_unmatched else key
         for rule in self.rules:
             m = rule.pattern.fullmatch(key)

@@ -4,42 +4,70 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 from collections import Counter
 
 import torch
 
-from inkling_probe.errors import SettingsError
-from inkling_probe.settings import Settings
+from inkling_probe.errors import DumpError, ProbeError, SettingsError
+from inkling_probe.settings import MAX_RANK, Settings, rank_from_env
 from inkling_probe.store import schema
 from inkling_probe.store.dtypes import dtype_name, encode
-from inkling_probe.store.writer import prepare_dir
 
 
 def current_rank() -> tuple[int, int]:
     """(rank, world size) from torch.distributed when initialised, else RANK/WORLD_SIZE, else (0, 1)."""
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+        rank, world = dist.get_rank(), dist.get_world_size()
+        if world > MAX_RANK + 1:
+            raise SettingsError(f"world size {world}: inkling-probe records at most {MAX_RANK + 1} ranks")
+        return rank, world
+    return rank_from_env(os.environ)
+
+
+def writer_mode(setting: str) -> str:
+    """``process`` when this process may run on two cores or more, else ``inline`` (unless set)."""
+    if setting != "auto":
+        return setting
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return "process" if cores >= 2 else "inline"
 
 
 class Recorder:
-    """Records probe calls for one process (one rank) according to :class:`Settings`."""
+    """Records probe calls for one process (one rank) according to :class:`Settings`.
 
-    def __init__(self, settings: Settings):
+    Safe to call from several threads (one lock around each call). A forked child inherits it
+    detached: its probes raise, and its exit leaves the parent's writer alone.
+    """
+
+    def __init__(self, settings: Settings, stager=None, early_writer: bool = True):
         self.settings = settings
         self.step_id = 0
+        self.rank, self.world_size = 0, 1
+        self.mode = writer_mode(settings.writer)
         self._touched = False
         self._seq = 0
         self._calls: Counter = Counter()
         self._writer = None
+        self._lock = None  # the folder's rank lock while recording
         self._opened = False
         self._dirty = False  # something was recorded since the last segment ended
         self._wanted: dict[str, bool] = {}  # name -> passes the include/exclude globs
-        self.rank, self.world_size = 0, 1
+        self._mutex = threading.RLock()
+        self._wlock = threading.Lock()  # writer calls, from this thread and the drain thread
+        self._stager = stager  # given: every tensor goes through the drain (tests); else CUDA ones only
+        self._drain = None
+        self._pid = os.getpid()
+        self._failed: ProbeError | None = None
+        self._spare = None  # the writer process, started early so its start-up overlaps the model's
+        if self.mode == "process" and early_writer:
+            from inkling_probe.store.writer_process import ProcessWriter
+            self._spare = ProcessWriter()
 
     # -- lifecycle -------------------------------------------------------------------------
     def _open(self):
@@ -48,68 +76,181 @@ class Recorder:
         if not self.settings.rank_records(self.rank):
             return None
         s = self.settings
-        prepare_dir(s.path, self.rank, s.overwrite)
-        options = dict(segment_mb=s.segment_mb, compress=s.compress, pack_kb=s.pack_kb,
+        from inkling_probe.store.folder import prepare, run_id
+
+        run = run_id(os.environ, self.world_size, s.run)
+        self._lock = prepare(s.path, self.rank, run, s.overwrite)
+        options = dict(run_id=run, segment_mb=s.segment_mb, compress=s.compress, pack_kb=s.pack_kb,
                        run_meta=json.dumps(_run_meta(s), sort_keys=True, default=str))
-        if s.writer == "process":
+        if self.mode == "process":
             from inkling_probe.store.writer_process import ProcessWriter
-            self._writer = ProcessWriter(s.path, self.rank, self.world_size, **options)
+            spare, self._spare = self._spare or ProcessWriter(), None
+            self._writer = spare.open(s.path, self.rank, self.world_size, **options)
         else:
             from inkling_probe.store.writer import SegmentWriter
+            _ignore_file_size_signal()
             self._writer = SegmentWriter(s.path, self.rank, self.world_size, **options)
         return self._writer
 
     def next_step(self) -> None:
         """Start the next step (after the current one is on disk); the first call keeps step 0."""
-        if self._touched:
-            if self._writer is not None and self._dirty:
-                self._writer.end_segment(complete_through_step=self.step_id)
-                self._dirty = False
-            self.step_id += 1
-        self._touched = True
-        self._seq = 0
-        self._calls.clear()
+        with self._mutex:
+            self._check_usable()
+            if self._touched:
+                if self._writer is not None and self._dirty:
+                    self._guarded("ending step", self._end_step)
+                    self._dirty = False
+                self.step_id += 1
+            self._touched = True
+            self._seq = 0
+            self._calls.clear()
 
-    def close(self) -> None:
-        if self._writer is not None:
-            writer, self._writer = self._writer, None
-            writer.close(complete_through_step=self.step_id)
+    def _end_step(self) -> None:
+        if self._drain is not None:
+            self._drain.flush()
+        with self._wlock:
+            self._writer.end_segment(self.step_id)
+
+    def close(self, interrupted: bool = False) -> None:
+        """Finish the last segment; ``interrupted``: the current step did not complete (an exception)."""
+        with self._mutex:
+            if os.getpid() != self._pid:
+                return  # a forked child: the writer is the parent's
+            try:
+                if self._drain is not None and self._failed is None:
+                    self._guarded("closing the dump", self._drain.flush)
+            finally:
+                if self._drain is not None:
+                    self._drain.close()
+                    self._drain = None
+            writer, self._writer = self._writer or self._spare, None
+            self._spare = None
+            try:
+                if writer is not None and self._failed is None:
+                    done = self.step_id - 1 if interrupted else self.step_id
+                    self._guarded("closing the dump", lambda: writer.close(complete_through_step=done))
+            finally:
+                if self._lock is not None:
+                    self._lock.release()
+                    self._lock = None
+
+    def after_fork_in_child(self) -> None:
+        """Detach from the parent's writer: nothing this process does may reach its files."""
+        self._failed = DumpError(f"pid {os.getpid()} is a fork of the recording process {self._pid}: a forked "
+                                 "child does not record (start a recording in the child)")
+        writer, self._writer, self._spare, self._lock = self._writer, None, None, None
+        self._drain = None  # its thread did not survive the fork
+        if hasattr(writer, "detach_after_fork"):
+            writer.detach_after_fork()
+        self._mutex = threading.RLock()  # a lock held by another thread at the fork stays held
+
+    def _check_usable(self) -> None:
+        if self._failed is not None:
+            raise self._failed
+
+    def _guarded(self, what: str, action) -> None:
+        """Run a writer action; its failure stops recording with one line (raised now and after)."""
+        try:
+            action()
+        except ProbeError as e:
+            self._fail(e)
+        except Exception as e:
+            from inkling_probe.store.writer import why
+            self._fail(DumpError(f"{what} in {self.settings.path}: {why(e)}"))
+
+    def _fail(self, error: ProbeError):
+        self._failed = error
+        writer, self._writer = self._writer, None
+        for stop in ("abort", "abandon"):
+            if hasattr(writer, stop):
+                getattr(writer, stop)()
+        raise error
 
     # -- recording -------------------------------------------------------------------------
     def record(self, name: str, tensor, *, shard="replicated", dim=None, token_dim=0, meta=None) -> None:
-        self._touched = True
-        seq = self._seq
-        self._seq += 1
-        s = self.settings
-        wanted = self._wanted.get(name)
-        if wanted is None:
-            wanted = self._wanted[name] = s.wants(name)
-        if not wanted or self.step_id not in s.steps:
-            return
-        writer = self._writer if self._opened else self._open()
-        if writer is None:
-            return
+        with self._mutex:
+            self._check_usable()
+            self._touched = True
+            seq = self._seq
+            self._seq += 1
+            wanted = self._wanted.get(name)
+            if wanted is None:
+                _check_name(name)
+                wanted = self._wanted[name] = self.settings.wants(name)
+            if not wanted or self.step_id not in self.settings.steps:
+                return
+            writer = self._writer if self._opened else self._guarded_open()
+            if writer is None:
+                return
+            row, t = self._row(name, tensor, shard, dim, token_dim, meta, seq)
+            if t.is_cuda or self._stager is not None:
+                self._guarded(f"recording {name!r}", lambda: self._staged(row, t))
+            else:
+                self._guarded(f"recording {name!r}", lambda: self._write(row, t.contiguous()))
+            self._dirty = True
+
+    def _staged(self, row: dict, t) -> None:
+        """Copy ``t`` to the host asynchronously; the drain thread writes it (staging.py)."""
+        if self._drain is None:
+            from inkling_probe.staging import CudaStager, Drain
+            self._drain = Drain(self._stager or CudaStager(), self._write)
+        if self._drain.error is not None:
+            raise self._drain.error
+        self._drain.put(row, t)
+
+    def _write(self, row: dict, host) -> None:
+        """Encode a host tensor and hand it to the writer (recording thread or drain thread)."""
+        array, row["storage"] = encode(host)
+        stats, store = self.settings.mode != "hash", self.settings.mode == "full"
+        with self._wlock:
+            self._writer.add(row, array, stats=stats, store=store)
+
+    def _guarded_open(self):
+        try:
+            return self._open()
+        except ProbeError as e:
+            self._failed = e
+            raise
+
+    def _row(self, name, tensor, shard, dim, token_dim, meta, seq) -> tuple[dict, object]:
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"probe {name!r}: expected a torch.Tensor, got {type(tensor).__name__}")
         _check_layout(name, tensor, shard, dim)
         call = self._calls[name]
         self._calls[name] += 1
         token_dim = _token_dim(tensor, token_dim)
-        t, token_start = _slice_tokens(tensor.detach(), s.tokens, token_dim)
+        t, token_start = _slice_tokens(tensor.detach(), self.settings.tokens, token_dim)
         if t.is_cuda and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError(f"probe {name!r}: eager probes cannot run inside CUDA-graph capture")
-        t = t.contiguous().cpu()
-        array, storage = encode(t)
+            raise SettingsError(f"probe {name!r}: eager probes cannot run inside CUDA-graph capture")
+        if not (t.is_cuda or t.device.type == "cpu"):
+            t = t.cpu()  # other devices: a synchronous copy
         row = {
             "key": name, "step": self.step_id, "seq": seq, "call": call, "rank": self.rank,
-            "shape": schema.shape_text(t.shape), "dtype": dtype_name(t.dtype), "storage": storage,
+            "shape": schema.shape_text(t.shape), "dtype": dtype_name(t.dtype), "storage": "",
             "shard": shard, "dim": dim % tensor.dim() if shard == "concat" else schema.NO_DIM,
             "token_dim": schema.NO_DIM if token_dim is None else token_dim, "token_start": token_start,
             "numel": t.numel(),
             "meta": json.dumps(meta, sort_keys=True, default=str) if meta else "",
         }
-        writer.add(row, array, stats=s.mode != "hash", store=s.mode == "full")
-        self._dirty = True
+        return row, t
+
+
+def _ignore_file_size_signal() -> None:
+    """A file size limit (RLIMIT_FSIZE) then fails the write with EFBIG (one line), not a kill."""
+    if hasattr(signal, "SIGXFSZ") and threading.current_thread() is threading.main_thread():
+        if signal.getsignal(signal.SIGXFSZ) == signal.SIG_DFL:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
+def _check_name(name) -> None:
+    if not isinstance(name, str):
+        raise SettingsError(f"probe name {name!r}: expected a str, got {type(name).__name__}")
+    if name in ("", ".", ".."):
+        raise SettingsError(f"probe name {name!r}: expected a dotted name (not empty, '.' or '..')")
+    for c in "/\0#":
+        if c in name:
+            raise SettingsError(f"probe name {name!r}: must not contain {c!r} ('/' separates HDF5 "
+                                "groups, '#' marks a repeated call's dataset)")
 
 
 def _check_layout(name: str, tensor: torch.Tensor, shard: str, dim) -> None:
@@ -117,8 +258,6 @@ def _check_layout(name: str, tensor: torch.Tensor, shard: str, dim) -> None:
         raise SettingsError(f"probe {name!r}: shard={shard!r}, expected one of {'|'.join(schema.SHARDS)}")
     if shard == "concat" and (dim is None or not -tensor.dim() <= dim < tensor.dim()):
         raise SettingsError(f"probe {name!r}: shard='concat' needs dim within the tensor's {tensor.dim()} dims")
-    if "/" in name or not name:
-        raise SettingsError(f"probe name {name!r}: must be non-empty and contain no '/'")
 
 
 def _token_dim(t: torch.Tensor, token_dim: int | None) -> int | None:

@@ -5,7 +5,9 @@ docs/PROBES.md), so there is one place that says what a setting means.
 """
 from __future__ import annotations
 
+import difflib
 import fnmatch
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -13,7 +15,8 @@ from inkling_probe.errors import SettingsError
 
 MODES = ("full", "stats", "hash")
 COMPRESSIONS = ("none", "gzip")
-WRITERS = ("process", "inline")
+WRITERS = ("auto", "process", "inline")
+MAX_RANK = 99_999  # segment names hold 5 rank digits
 
 VARIABLES = {
     "INKLING_PROBE": "dump directory; recording is on when set (unset: probes return at once)",
@@ -27,8 +30,11 @@ VARIABLES = {
     "INKLING_PROBE_SEGMENT_MB": "start a new segment file when the current one passes this size (default 1024)",
     "INKLING_PROBE_PACK_KB": "tensors smaller than this many KiB are stored back to back in one "
                              "array per step and dtype (default 256; 0: every tensor its own dataset)",
-    "INKLING_PROBE_WRITER": "process (default: stats, hashing and HDF5 writes in a helper process on "
-                            "another core) | inline (all in the recording process)",
+    "INKLING_PROBE_WRITER": "auto (default: process when this process may use 2+ cores, else inline) | "
+                            "process (stats, hashing and HDF5 writes in a helper process on another core) | "
+                            "inline (all in the recording process)",
+    "INKLING_PROBE_RUN": "run id shared by every rank of one launch (default: torchrun's, Slurm's, or "
+                         "derived from the launcher process); letters, digits, '_' only",
     "INKLING_PROBE_COMPRESS": "none (default) | gzip (stock HDF5 deflate-1 + shuffle, tensors >= 1 MiB)",
     "INKLING_PROBE_DEBUG": "1: print tracebacks for unexpected errors in the CLI",
     "INKLING_PROBE_GRAPH_MB": "static buffer budget (MiB) for recording inside CUDA graphs (default 256); "
@@ -75,7 +81,8 @@ class Settings:
     segment_mb: float = 1024.0
     compress: str = "none"
     pack_kb: float = 256.0
-    writer: str = "process"
+    writer: str = "auto"
+    run: str = ""
 
     def wants(self, name: str) -> bool:
         """True when ``name`` passes the include and exclude globs."""
@@ -166,6 +173,8 @@ def _size(var: str, text: str, *, allow_zero: bool = False) -> float:
         value = float(text)
     except ValueError:
         raise SettingsError(f"{var}={text!r}: expected a number") from None
+    if not math.isfinite(value):
+        raise SettingsError(f"{var}={text!r}: must be a finite number")
     if not (value >= 0 if allow_zero else value > 0):
         raise SettingsError(f"{var}={text!r}: must be {'>=' if allow_zero else '>'} 0")
     return value
@@ -183,18 +192,52 @@ _PARSERS = {
     "pack_kb": ("INKLING_PROBE_PACK_KB", lambda v, t: _size(v, t, allow_zero=True)),
     "writer": ("INKLING_PROBE_WRITER", lambda v, t: _choice(v, t, WRITERS)),
     "compress": ("INKLING_PROBE_COMPRESS", lambda v, t: _choice(v, t, COMPRESSIONS)),
+    "run": ("INKLING_PROBE_RUN", lambda v, t: _run_id(v, t)),
 }
+
+
+def _run_id(var: str, text: str) -> str:
+    value = text.strip()
+    if value and not (len(value) <= 32 and value.replace("_", "").isalnum() and value.isascii()):
+        raise SettingsError(f"{var}={text!r}: expected up to 32 letters, digits or '_'")
+    return value
+
+
+def check_unknown(env) -> None:
+    """Refuse an ``INKLING_PROBE_*`` variable this version does not know, suggesting the nearest."""
+    unknown = sorted(k for k in env if k.startswith("INKLING_PROBE_") and k not in VARIABLES)
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], VARIABLES, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(sorted(VARIABLES)[1:])}"
+        raise SettingsError(f"{unknown[0]}: unknown variable ({hint})")
+
+
+def _path(text: str) -> str:
+    path = text.strip()
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise SettingsError(f"{path}: exists and is not a directory")
+    return path
+
+
+def rank_from_env(env) -> tuple[int, int]:
+    """(RANK, WORLD_SIZE) from ``env`` (defaults 0 and 1), validated: 0 <= RANK < WORLD_SIZE."""
+    rank = _int("RANK", env.get("RANK", "0").strip() or "0")
+    world = _int("WORLD_SIZE", env.get("WORLD_SIZE", "1").strip() or "1")
+    if not 1 <= world <= MAX_RANK + 1:
+        raise SettingsError(f"WORLD_SIZE={world}: expected 1..{MAX_RANK + 1}")
+    if not 0 <= rank < world:
+        raise SettingsError(f"RANK={rank}: expected 0..{world - 1} (WORLD_SIZE={world})")
+    return rank, world
 
 
 def from_env(environ=None) -> Settings | None:
     """Settings from ``INKLING_PROBE_*`` variables, or None when ``INKLING_PROBE`` is unset."""
     env = os.environ if environ is None else environ
-    unknown = sorted(k for k in env if k.startswith("INKLING_PROBE_") and k not in VARIABLES)
-    if unknown:
-        raise SettingsError(f"{unknown[0]}: unknown variable (known: {', '.join(sorted(VARIABLES)[1:])})")
-    path = env.get("INKLING_PROBE", "").strip()
-    if not path:
+    check_unknown(env)
+    if not env.get("INKLING_PROBE", "").strip():
         return None
+    path = _path(env["INKLING_PROBE"])
+    rank_from_env(env)
     values = {name: parse(var, env[var]) for name, (var, parse) in _PARSERS.items() if var in env}
     return Settings(path=path, **values)
 
@@ -204,8 +247,8 @@ def make(path, **overrides) -> Settings:
 
     Overrides take the same text forms as the variables (``steps="0:4"``) or parsed values.
     """
-    base = from_env({**{k: v for k, v in os.environ.items() if k.startswith("INKLING_PROBE_")},
-                     "INKLING_PROBE": os.fspath(path)})
+    env = {k: v for k, v in os.environ.items() if k.startswith("INKLING_PROBE_") or k in ("RANK", "WORLD_SIZE")}
+    base = from_env({**env, "INKLING_PROBE": os.fspath(path)})
     values = {}
     for name, value in overrides.items():
         if name not in _PARSERS:

@@ -2,17 +2,26 @@
 
 ``INKLING_PROBE`` is read once, at import. When it is unset, :func:`probe` is a global lookup and a
 return: no allocation, no device sync, no file. Settings are validated at import too, so a bad value
-fails at start with a one-line :class:`~inkling_probe.errors.SettingsError`, not mid-run.
+fails at start with a one-line :class:`~inkling_probe.errors.SettingsError`, not mid-run (in the
+``inkling-probe`` command itself the error waits for a command, so ``--help`` always works).
+
+While a recorder is active, an uncaught inkling-probe error prints as one line (the traceback with
+``INKLING_PROBE_DEBUG=1``), and an uncaught exception marks the step it interrupted as incomplete.
 """
 from __future__ import annotations
 
 import atexit
 import contextlib
+import os
+import sys
 
 from inkling_probe import settings as _settings
+from inkling_probe.errors import ProbeError
 
 _RECORDER = None
 _LAYOUT: dict = {}  # this step's layout meta (e.g. the attention-DP requests), merged into every probe
+ENV_ERROR: ProbeError | None = None  # a bad INKLING_PROBE_* found at import by the CLI process
+_UNCAUGHT = []  # set by the except hook: the program is dying of an exception
 
 
 def probe(name, tensor, *, shard="replicated", dim=None, token_dim=0, **meta):
@@ -52,21 +61,55 @@ def active_recorder():
     return _RECORDER
 
 
-def start(settings) -> None:
-    """Install a recorder for ``settings`` (closing any active one)."""
+def start(settings, early_writer: bool = True) -> None:
+    """Install a recorder for ``settings`` (closing any active one); ``early_writer``: start the
+    writer process now, so its start-up overlaps the model's (else at the first recorded tensor)."""
     from inkling_probe.recorder import Recorder
 
     global _RECORDER
     stop()
-    _RECORDER = Recorder(settings)
+    _install_excepthook()
+    _RECORDER = Recorder(settings, early_writer=early_writer)
 
 
-def stop() -> None:
-    """Close the active recorder, completing its last segment."""
+def stop(interrupted: bool = False) -> None:
+    """Close the active recorder, completing its last segment (``interrupted``: the current step
+    did not finish, so it is not marked complete)."""
     global _RECORDER, _LAYOUT
     recorder, _RECORDER, _LAYOUT = _RECORDER, None, {}
     if recorder is not None:
-        recorder.close()
+        recorder.close(interrupted=interrupted)
+
+
+def _stop_at_exit() -> None:
+    """atexit: close quietly; a failure is one line, never a traceback."""
+    try:
+        stop(interrupted=bool(_UNCAUGHT))
+    except ProbeError as e:
+        sys.stderr.write(f"inkling-probe: {e}\n")
+    except Exception as e:  # noqa: BLE001 - the interpreter is exiting: say it in one line
+        sys.stderr.write(f"inkling-probe: closing the dump failed: {type(e).__name__}: {e}\n")
+
+
+def _install_excepthook() -> None:
+    if getattr(sys.excepthook, "_inkling_probe", False):
+        return
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        _UNCAUGHT.append(kind)
+        if isinstance(value, ProbeError) and os.environ.get("INKLING_PROBE_DEBUG") != "1":
+            sys.stderr.write(f"inkling-probe: {value}\n")
+            return
+        previous(kind, value, tb)
+
+    hook._inkling_probe = True
+    sys.excepthook = hook
+
+
+def _after_fork_in_child() -> None:
+    if _RECORDER is not None:
+        _RECORDER.after_fork_in_child()
 
 
 @contextlib.contextmanager
@@ -81,11 +124,15 @@ def recording(path, **overrides):
     previous = _RECORDER
     _RECORDER = None
     start(_settings.make(path, **overrides))
+    ok = False
     try:
         yield _RECORDER
+        ok = True
     finally:
-        stop()
-        _RECORDER = previous
+        try:
+            stop(interrupted=not ok)
+        finally:
+            _RECORDER = previous
 
 
 @contextlib.contextmanager
@@ -99,15 +146,29 @@ def redirected(recorder):
         _RECORDER = previous
 
 
-def configure_from_env(environ=None) -> bool:
+def configure_from_env(environ=None, early_writer: bool = True) -> bool:
     """(Re)read ``INKLING_PROBE_*`` and start or stop recording; True when recording is on."""
     s = _settings.from_env(environ)
     if s is None:
         stop()
         return False
-    start(s)
+    start(s, early_writer)
     return True
 
 
-configure_from_env()
-atexit.register(stop)
+def _is_cli() -> bool:
+    """Is this process the ``inkling-probe`` command (which reports a bad variable per command)?"""
+    argv0 = os.path.basename(sys.argv[0]) if sys.argv else ""
+    return argv0.startswith("inkling-probe") or "inkling_probe.cli" in getattr(sys, "orig_argv", ())
+
+
+try:
+    configure_from_env(early_writer=not _is_cli())  # the command itself records nothing
+except ProbeError as _e:
+    if not _is_cli():
+        _install_excepthook()
+        raise
+    ENV_ERROR = _e
+atexit.register(_stop_at_exit)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

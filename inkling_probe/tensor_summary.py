@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from inkling_probe.array_summary import parse_slice  # noqa: F401 - one definition, numpy only
+
 
 def value_stats(t: torch.Tensor) -> dict:
     """numel, mean, std, rms, min, max, absmax, zeros, nan, inf, in float64 over finite values."""
@@ -31,20 +33,3 @@ def histogram(t: torch.Tensor, bins: int = 24) -> dict:
     counts = torch.histc(x, bins=bins, min=lo, max=hi)
     step = (hi - lo) / bins
     return {"edges": [lo + i * step for i in range(bins + 1)], "counts": [int(c) for c in counts.tolist()]}
-
-
-def parse_slice(text: str, ndim: int) -> tuple:
-    """'0:4,:8,3' -> (slice(0, 4), slice(None, 8), 3) for indexing; at most ``ndim`` parts."""
-    parts = [p.strip() for p in text.split(",")]
-    if len(parts) > ndim:
-        raise ValueError(f"{len(parts)} indices for a {ndim}-dim tensor")
-    out = []
-    for p in parts:
-        if ":" in p:
-            bits = p.split(":")
-            if len(bits) > 3:
-                raise ValueError(f"bad slice part {p!r}")
-            out.append(slice(*(int(b) if b.strip() else None for b in bits)))
-        else:
-            out.append(int(p))
-    return tuple(out)

@@ -3,8 +3,7 @@
 Registered in the ``inkling_probe.toggles`` entry-point group (pyproject.toml). Each toggle is an
 environment variable with a GOOD value (the safe, reference setting) and a BAD value (the one
 suspected); ``None`` means the variable is unset. ``needs`` says what must exist for the toggle to
-act: the CUDA-graph and all-reduce switches come with the graphs work (GPU); until then setting them
-changes nothing.
+act: the CUDA-graph switch needs a GPU and ``INKLING_CUDA_GRAPH=1`` in the environment.
 """
 
 from __future__ import annotations
@@ -21,10 +20,12 @@ def _fault_toggles() -> list[dict]:
 def toggles() -> list[dict]:
     """The model's toggles: ``{"name", "env", "good", "bad", "doc", "needs"}`` each."""
     return [
-        dict(name="cuda_graph", env="INKLING_CUDA_GRAPH", good="0", bad="1",
-             doc="decode steps replayed from captured CUDA graphs", needs="CUDA, the graphs work"),
-        dict(name="allreduce", env="INKLING_ALLREDUCE", good="nccl", bad="auto",
-             doc="all-reduce strategy (nccl | oneshot | auto)", needs="CUDA, the graphs work"),
+        dict(name="cuda_graph", env="INKLING_ENFORCE_EAGER", good="1", bad="0",
+             doc="with INKLING_CUDA_GRAPH=1 (the decode runtime on the GPU): decode steps replayed from "
+                 "captured CUDA graphs (bad) or the same runtime run eagerly (good)", needs="CUDA"),
+        dict(name="allreduce", env="INKLING_ALLREDUCE", good="nccl", bad="oneshot",
+             doc="all-reduce strategy (nccl | oneshot | auto; auto picks oneshot where its warm-up timing "
+                 "finds it faster, so oneshot is the deterministic way to test that path)", needs=None),
         dict(name="nvfp4_experts", env=precision.ENV, good="all", bad=None,
              doc="NVFP4 emulation of the routed experts (good: every layer unquantized)", needs=None),
         *_fault_toggles(),

@@ -4,10 +4,11 @@
    forward with the calls removed (target <= 1.01);
 2. recording throughput and bytes on disk, full mode, vs torch.save of one file per tensor (what
    SGLang's dumper does) (target: at least as fast, no larger);
-3. record() overhead capturing every module output of transformers' Inkling at the peer table's
-   `tiny` and `small` shapes (MEASURED.md), vs the plain forward (targets <= 2x, <= 1.3x).
+3. compression: stock gzip vs none on fp32 and bf16 activations.
 
-Run: .venv/bin/python scripts/bench_sink.py [--only disabled,throughput,record] [--repeats N]
+record() on transformers' Inkling against torch.save from hooks: scripts/bench_record.py.
+
+Run: .venv/bin/python scripts/bench_sink.py [--only disabled,throughput,compress] [--repeats N]
 """
 from __future__ import annotations
 
@@ -197,74 +198,9 @@ def bench_compress(repeats: int) -> None:
     shutil.rmtree(root)
 
 
-# -- 3. record() on transformers' Inkling --------------------------------------------------------
-SHAPES = {  # MEASURED.md's peer table: tiny = hidden 128, 6 layers, 8 experts, seq 64; small = 512, 8, 16, 256
-    "tiny": (dict(vocab_size=512, hidden_size=128, num_hidden_layers=6, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=32, swa_num_attention_heads=4, swa_num_key_value_heads=2,
-                  swa_head_dim=32, intermediate_size=256, moe_intermediate_size=64, n_routed_experts=8,
-                  num_experts_per_tok=2, n_shared_experts=2, sliding_window_size=16, rel_extent=32), 64),
-    "small": (dict(vocab_size=2048, hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
-                   num_key_value_heads=2, head_dim=64, swa_num_attention_heads=8, swa_num_key_value_heads=4,
-                   swa_head_dim=64, intermediate_size=1024, moe_intermediate_size=256, n_routed_experts=16,
-                   num_experts_per_tok=4, n_shared_experts=2, sliding_window_size=64, rel_extent=128), 256),
-}
-
-
-def bench_record(shape: str, repeats: int) -> None:
-    from transformers import InklingForCausalLM, InklingTextConfig
-
-    kwargs, seq = SHAPES[shape]
-    torch.manual_seed(0)
-    model = InklingForCausalLM(InklingTextConfig(**kwargs)).eval()
-    ids = torch.randint(0, kwargs["vocab_size"], (1, seq))
-    root = tempfile.mkdtemp(prefix="bench-record-")
-    plain, recorded = [], []
-    with torch.no_grad():
-        model(ids)
-        with inkling_probe.recording(os.path.join(root, "d")) as rec:
-            with inkling_probe.record(model, inputs=False):
-                inkling_probe.step()
-                model(ids)  # warm-up: starts the writer
-                for _ in range(repeats):
-                    # recorded forward: step() first, so it includes waiting for the last step's writes
-                    t0 = time.perf_counter()
-                    inkling_probe.step()
-                    model(ids)
-                    recorded.append(time.perf_counter() - t0)
-                    sink._RECORDER = None  # hooks off the clock: the plain forward below has no hooks
-                    handles = _stash_hooks(model)
-                    t0 = time.perf_counter()
-                    model(ids)
-                    plain.append(time.perf_counter() - t0)
-                    _restore_hooks(model, handles)
-                    sink._RECORDER = rec
-        d = inkling_probe.open(os.path.join(root, "d"))
-        per_step = sum(1 for r in d.index if r["step"] == 1)
-        mb = sum(r["numel"] for r in d.index if r["step"] == 1) * 4 / 1e6
-    shutil.rmtree(root)
-    p, r = statistics.median(plain), statistics.median(recorded)
-    target = {"tiny": 2.0, "small": 1.3}[shape]
-    print(f"record() transformers Inkling {shape} (seq {seq}, {per_step} module outputs, {mb:.1f} MB/forward): "
-          f"plain {p * 1e3:.1f} ms, recorded {r * 1e3:.1f} ms, ratio {r / p:.2f}x  (target <= {target}x)")
-
-
-def _stash_hooks(model):
-    saved = [(m, dict(m._forward_hooks), dict(m._forward_pre_hooks)) for m in model.modules()]
-    for m, _, _ in saved:
-        m._forward_hooks.clear()
-        m._forward_pre_hooks.clear()
-    return saved
-
-
-def _restore_hooks(model, saved):
-    for m, post, pre in saved:
-        m._forward_hooks.update(post)
-        m._forward_pre_hooks.update(pre)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="disabled,throughput,compress,record")
+    ap.add_argument("--only", default="disabled,throughput,compress")
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--total-mb", type=int, default=256)
     args = ap.parse_args()
@@ -277,9 +213,6 @@ def main():
         bench_throughput(args.total_mb, max(3, args.repeats // 3))
     if "compress" in which:
         bench_compress(max(3, args.repeats // 3))
-    if "record" in which:
-        for shape in ("tiny", "small"):
-            bench_record(shape, args.repeats)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from importlib.metadata import entry_points
 
 import click
 
@@ -40,6 +39,8 @@ class LazyGroup(click.Group):
     """A group whose commands are imported on first use."""
 
     def _specs(self) -> dict[str, str]:
+        from importlib.metadata import entry_points  # ~60 ms: only when a plug-in may be asked for
+
         specs = {name: spec for name, spec in BUILTIN.items() if _module_exists(spec)}
         for ep in entry_points(group=ENTRY_POINT_GROUP):
             specs.setdefault(ep.name, ep.value)
@@ -49,7 +50,7 @@ class LazyGroup(click.Group):
         return sorted(set(self._specs()) | set(self.commands))
 
     def get_command(self, ctx, name):
-        spec = self._specs().get(name)
+        spec = BUILTIN[name] if name in BUILTIN and _module_exists(BUILTIN[name]) else self._specs().get(name)
         if spec is None:
             return self.commands.get(name)
         try:
@@ -83,27 +84,78 @@ def group():
 
 def main(argv=None) -> None:
     """Console entry point. Exit codes: 0 ok (or within tolerance), 1 divergence found, 2 bad usage
-    or input (one line naming it), 3 an unexpected error (one line; the traceback with
-    INKLING_PROBE_DEBUG=1)."""
+    or input (one line naming it: a damaged dump, a bad option value, a bad INKLING_PROBE_*
+    variable, a path that can't be read or written), 3 an unexpected error (one line; the
+    traceback with INKLING_PROBE_DEBUG=1), 141 output closed early (``| head``), 130 Ctrl-C."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        _check_environment(args)
+        code = group.main(args=args, prog_name="inkling-probe", standalone_mode=False)
+        code = code if isinstance(code, int) else 0  # ctx.exit(n) returns n in this mode
+    except BaseException as e:  # noqa: BLE001 - every way out is one line and an exit code
+        code = _exit_code(e)
+    if type(sys.stdout).__name__ == "_PacifyFlushWrapper":  # click met EPIPE and went quiet
+        code = 141
+    sys.exit(code if _flush_stdout() else 141)
+
+
+def _check_environment(args: list[str]) -> None:
+    """A bad INKLING_PROBE_* variable (found when the sink was imported) stops every command with
+    one line; ``--help``, ``--version`` and no command still work, with a one-line warning."""
+    from inkling_probe import sink
+
+    error = sink.ENV_ERROR
+    if error is None:
+        return
+    if not args or any(a in ("-h", "--help", "--version") for a in args):
+        click.echo(f"Warning: {error}", err=True)
+        return
+    raise error
+
+
+def _exit_code(e: BaseException) -> int:
     from inkling_probe.errors import ProbeError
 
-    try:
-        code = group.main(args=argv, prog_name="inkling-probe", standalone_mode=False)
-        sys.exit(code if isinstance(code, int) else 0)  # ctx.exit(n) returns n in this mode
-    except click.exceptions.Exit as e:
-        sys.exit(e.exit_code)
-    except click.ClickException as e:
+    if isinstance(e, SystemExit):
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    if isinstance(e, click.exceptions.Exit):
+        return e.exit_code
+    if isinstance(e, BrokenPipeError):
+        _silence_stdout()
+        return 141
+    if isinstance(e, click.ClickException):
         e.show()
-        sys.exit(e.exit_code)
-    except click.Abort:
+        return e.exit_code
+    if isinstance(e, (click.Abort, KeyboardInterrupt)):
         click.echo("Aborted.", err=True)
-        sys.exit(130)
-    except ProbeError as e:
+        return 130
+    if isinstance(e, ProbeError):
         click.echo(f"Error: {e}", err=True)
-        sys.exit(2)
-    except Exception as e:  # an unexpected failure: a short message, the traceback on request
-        if os.environ.get("INKLING_PROBE_DEBUG") == "1":
-            raise
-        first = str(e).splitlines()[0] if str(e) else ""
-        click.echo(f"Error: {type(e).__name__}: {first} (INKLING_PROBE_DEBUG=1 for the traceback)", err=True)
-        sys.exit(3)
+        return 2
+    if isinstance(e, OSError) and e.filename is not None:  # a path given that can't be used
+        click.echo(f"Error: {e.filename}: {e.strerror or e}", err=True)
+        return 2
+    if os.environ.get("INKLING_PROBE_DEBUG") == "1":
+        raise e
+    first = str(e).splitlines()[0] if str(e) else ""
+    click.echo(f"Error: {type(e).__name__}: {first} (INKLING_PROBE_DEBUG=1 for the traceback)", err=True)
+    return 3
+
+
+def _flush_stdout() -> bool:
+    """Flush what is buffered; False when the reader has gone."""
+    try:
+        sys.stdout.flush()
+        return True
+    except BrokenPipeError:
+        _silence_stdout()
+        return False
+
+
+def _silence_stdout() -> None:
+    """The reader of our output has gone (``| head``): drop what is left instead of a traceback."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

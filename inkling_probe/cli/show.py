@@ -13,56 +13,57 @@ from inkling_probe.cli.common import BadInput, console, emit_json, finite_or_non
 @click.option("--call", default=0, show_default=True, help="Which call of KEY within the step.")
 @click.option("--rank", type=int, default=None, help="One rank's shard instead of the global view.")
 @click.option("--slice", "slice_text", default=None, help="Numpy-style slice to print, e.g. '0:4,:8'.")
-@click.option("--bins", default=24, show_default=True, help="Histogram bins.")
+@click.option("--bins", default=24, show_default=True, type=click.IntRange(min=1), help="Histogram bins.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(dump, key, step, call, rank, slice_text, bins, as_json):
-    """Show KEY of DUMP: statistics over its values, a slice and a histogram."""
-    import torch
+    """Show KEY of DUMP: statistics over its values, a slice and a histogram.
 
+    Reads with numpy alone: bf16 values are shown as their exact float32, 8-bit floats as float16,
+    packed fp4 as its bytes.
+    """
+    from inkling_probe.array_summary import histogram, parse_slice, value_stats
     from inkling_probe.errors import ProbeError
-    from inkling_probe.store.dtypes import FP4X2
-    from inkling_probe.tensor_summary import histogram, parse_slice, value_stats
 
     d = open_dump(dump)
     try:
-        t = d.tensor(key, step=step, rank=rank, call=call)
+        values = d.array(key, step=step, rank=rank, call=call)
+        dtype = d.rows(key, step, call)[0]["dtype"]
     except ProbeError as e:
         raise BadInput(str(e)) from None
-    values = t.view(torch.uint8) if t.dtype is FP4X2 else t
     stats = value_stats(values)
     try:
-        shown = values[parse_slice(slice_text, values.dim())] if slice_text else _corner(values)
+        shown = values[parse_slice(slice_text, values.ndim)] if slice_text else _corner(values)
     except (ValueError, IndexError) as e:
         raise BadInput(f"--slice {slice_text!r}: {e}") from None
     hist = histogram(values, bins)
     if as_json:
-        emit_json({"key": key, "step": step, "rank": rank, "dtype": str(t.dtype).removeprefix("torch."),
-                   "shape": list(t.shape), "stats": {k: finite_or_none(v) for k, v in stats.items()},
-                   "slice": shown.double().tolist(), "histogram": hist})
+        emit_json({"key": key, "step": step, "rank": rank, "dtype": dtype,
+                   "shape": list(values.shape), "stats": {k: finite_or_none(v) for k, v in stats.items()},
+                   "slice": shown.astype(float).tolist(), "histogram": hist})
         return
-    _print(console(), key, step, t, stats, shown, hist)
+    _print(console(), key, step, dtype, values, stats, shown, hist)
 
 
 def _corner(t):
     """The first few entries along each dim (at most 4 rows x 8 columns)."""
-    if t.dim() == 0:
+    if t.ndim == 0:
         return t
-    index = tuple(slice(0, 1) for _ in range(max(t.dim() - 2, 0))) + tuple(
-        slice(0, n) for n in ((4, 8) if t.dim() >= 2 else (8,)))
+    index = tuple(slice(0, 1) for _ in range(max(t.ndim - 2, 0))) + tuple(
+        slice(0, n) for n in ((4, 8) if t.ndim >= 2 else (8,)))
     return t[index]
 
 
-def _print(out, key, step, t, stats, shown, hist) -> None:
+def _print(out, key, step, dtype, t, stats, shown, hist) -> None:
     from rich.table import Table
 
-    out.print(f"[bold]{key}[/bold]  step {step}  {str(t.dtype).removeprefix('torch.')}  shape {list(t.shape)}")
+    out.print(f"[bold]{key}[/bold]  step {step}  {dtype}  shape {list(t.shape)}")
     table = Table(show_header=True)
     for name in stats:
         table.add_column(name, justify="right")
     table.add_row(*(fmt(v) for v in stats.values()))
     out.print(table)
     out.print(f"slice {list(shown.shape)}:")
-    out.print(str(shown.double().numpy().round(6)), markup=False)
+    out.print(str(shown.astype(float).round(6)), markup=False)
     if hist["counts"]:
         width = 40
         top = max(hist["counts"]) or 1

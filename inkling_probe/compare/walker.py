@@ -4,7 +4,10 @@ upstream precision, layer depth, routing changes (tokens set aside), call struct
 State kept per dump side (candidate, control): the tokens whose routing changed in each step are
 set aside (take the reference's values) in every later key of that step with as many token rows;
 keys whose rows are not those tokens (dispatch order, ``[T*k, ...]``) after a change are not
-comparable and are skipped with a note, never compared by index.
+comparable and are skipped with a note, never compared by index. The tokens after a changed one
+are set aside too: the short convs and attention mix a changed token's values into later tokens, so
+their difference is the routing change's, not a new error (measured: a near-tie flip at token 9
+raised tokens 10-12 to 5x the noise through a 4-tap conv, and tokens 10-16 to 3x through attention).
 """
 from __future__ import annotations
 
@@ -26,7 +29,8 @@ from inkling_probe.settings import matches_any
 # weights, ids) and pass the ids to their experts. Only integer tensors matching these count.
 DEFAULT_DECISIONS = ("*.mlp.gate.2", "*.block_sparse_moe.gate.2", "*.mlp.experts.in.1",
                      "*.block_sparse_moe.experts.in.1")
-K_ROW = 3.0  # a token row diverges past K_ROW x its allowance (rows fluctuate more than tensors)
+K_ROW = 3.0
+MIN_ROW_VALUES = 16  # rows narrower than this are too noisy to judge alone (top-k weights, gammas)  # a token row diverges past K_ROW x its allowance (rows fluctuate more than tensors)
 UNCLASSIFIED_MAX = 0.25  # without router scores or a control: the changed-token fraction allowed
 
 
@@ -41,6 +45,7 @@ class _Side:
     flips: dict = field(default_factory=dict)  # (key, step, call) -> Decision
     routed: dict = field(default_factory=dict)  # (step, layer) -> (tokens, k) of a decision seen there
     ids: dict = field(default_factory=dict)  # (step, layer) -> (reference ids, candidate ids) [T, k]
+    decided: dict = field(default_factory=dict)  # (step, layer) -> (ref ids, other ids, Decision, scored)
 
     def advance(self, key: str, step: int, dtypes) -> tuple[int | None, int, str | None]:
         """(layer, depth, precision) of the next key."""
@@ -62,11 +67,13 @@ class _Side:
         return self.aside.get(step, (None, set()))
 
     def note_changes(self, step: int, n_rows: int, rows) -> None:
+        """Set aside the changed tokens and every later token of the step: sequence mixing (the
+        short convs, attention) carries a changed token's new values into the tokens after it."""
         if not rows:
             return
         old_n, old = self.aside.get(step, (n_rows, set()))
         if old_n == n_rows:
-            self.aside[step] = (n_rows, old | set(rows))
+            self.aside[step] = (n_rows, old | set(range(min(rows), n_rows)))
 
 
 class Walker:
@@ -148,9 +155,10 @@ class Walker:
         row.threshold = floor.threshold(row.floor, default, self.user, self.k, floor.min_allowance(depth, self.metric))
         if m.masked:
             self.masks[(p.key, p.step, p.call)] = m.masked
-            row.note = _join(row.note, f"{len(m.masked)} token row(s) set aside (routing changed)")
+            row.note = _join(row.note, f"{len(m.masked)} token row(s) set aside (at or after a routing change)")
         self._status(row, m)
-        if m.row_errors is not None and row.status in ("ok", "diverged"):
+        width = int(np.prod(p.ref.global_shape())) // max(m.token_rows or 1, 1)
+        if m.row_errors is not None and row.status in ("ok", "diverged") and width >= MIN_ROW_VALUES:
             self._rows_judged(row, m, ctl)
 
     def _control_measure(self, p: Pair, precision) -> Measured | None:
@@ -169,18 +177,25 @@ class Walker:
     def _realigner(self, p: Pair, side: _Side):
         """Per-token weights ``[T, k]`` beside a decision are compared in the order of their ids:
         experts returned in another order (``topk(sorted=False)``) are the same routing."""
-        ids = side.ids.get((p.step, layer_of(p.key)))
-        if ids is None or is_integer(p.ref.dtype) or tuple(p.ref.global_shape()) != tuple(ids[0].shape):
+        if is_integer(p.ref.dtype) or len(p.ref.global_shape()) != 2:
+            return None
+        ids = side.ids.get((p.step, layer_of(p.key))) or self._ids_beside(p, side)
+        if ids is None or tuple(p.ref.global_shape()) != tuple(ids[0].shape):
             return None
 
         def realign(r, c):
-            ra, ca = np.asarray(r.array), np.asarray(c.array)
+            """Both in id order where that brings them closer (weights that follow their ids);
+            as recorded otherwise (a tensor beside the ids that does not follow them)."""
+            ra, ca = np.asarray(r.array, np.float64), np.asarray(c.array, np.float64)
             if ra.shape != ids[0].shape or ca.shape != ids[1].shape:
                 return r, c, ""
             ro, co = np.argsort(ids[0], axis=-1, kind="stable"), np.argsort(ids[1], axis=-1, kind="stable")
+            if np.array_equal(ro, co):
+                return r, c, ""
             r2, c2 = np.take_along_axis(ra, ro, -1), np.take_along_axis(ca, co, -1)
-            moved = not (np.array_equal(ro, co))
-            return type(r)(r2, r.dtype), type(c)(c2, c.dtype), "compared in routing-id order" if moved else ""
+            if np.nansum((c2 - r2) ** 2) >= np.nansum((ca - ra) ** 2):
+                return r, c, ""
+            return type(r)(r2, "float64"), type(c)(c2, "float64"), "compared in routing-id order"
         return realign
 
     def _rows_judged(self, row: Row, m: Measured, ctl: Measured | None) -> None:
@@ -273,6 +288,9 @@ class Walker:
             return dec.Decision(token_rows=n), True
         r_ids = np.moveaxis(m.ref.array, m.token_dim, 0) if m.token_dim is not None else m.ref.array.reshape(1, -1)
         c_ids = np.moveaxis(m.cand.array, m.token_dim, 0) if m.token_dim is not None else m.cand.array.reshape(1, -1)
+        prev = side.decided.get((p.step, layer_of(p.key)))
+        if prev is not None and np.array_equal(prev[0], r_ids) and np.array_equal(prev[1], c_ids):
+            return prev[2], prev[3]  # the same ids passed on (router output -> experts input)
         scores = self._scores(p, label, r_ids.shape[0])
         selection = bool((p.ref.first.get("meta") or {}).get("selection"))
         d = dec.classify(r_ids, c_ids, *scores, selection=selection)
@@ -280,6 +298,7 @@ class Walker:
         k = int(np.prod(r_ids.shape[1:])) if r_ids.ndim > 1 else 1
         side.routed[(p.step, layer_of(p.key))] = (r_ids.shape[0], k)
         side.ids[(p.step, layer_of(p.key))] = (r_ids, c_ids)
+        side.decided[(p.step, layer_of(p.key))] = (r_ids, c_ids, d, scores[0] is not None)
         side.note_changes(p.step, d.token_rows, d.changed)
         return d, scores[0] is not None
 
@@ -303,6 +322,24 @@ class Walker:
             if rs is not None and os_ is not None and rs.shape == os_.shape and rs.shape[0] == n_tokens:
                 return rs, os_
         return None, None
+
+    def _ids_beside(self, p: Pair, side: _Side):
+        """(reference ids, other ids) of a decision of the same step, layer and shape recorded
+        after this key (transformers' routers return their weights before their ids)."""
+        label = "candidate" if side is self.cand else "control"
+        shape = tuple(p.ref.global_shape())
+        for (k, s, c), e in self.ents["reference"].items():
+            if s != p.step or c != p.call or layer_of(k) != layer_of(p.key) or tuple(e.global_shape()) != shape:
+                continue
+            other = self.ents[label].get((k, s, c))
+            if other is None or not self.is_decision(k, e, other):
+                continue
+            try:
+                return (as_float64(load(self.dumps["reference"], e)).reshape(shape),
+                        as_float64(load(self.dumps[label], other)).reshape(shape))
+            except (ProbeError, ValueError):
+                return None
+        return None
 
     # -- keys only the control and the candidate hold ------------------------------------------
     def control_only_rows(self) -> list[Row]:

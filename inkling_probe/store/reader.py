@@ -1,27 +1,21 @@
 """Reads a dump (a folder of per-rank segment files) as one: keys, steps, tensors and the index."""
 from __future__ import annotations
 
-import json
 import os
-from collections import defaultdict
-from dataclasses import dataclass
+from collections import OrderedDict, defaultdict
 
 import h5py
 import numpy as np
 
-from inkling_probe.errors import DumpError, KeyNotFound
-from inkling_probe.store import dp, schema
+from inkling_probe.errors import DumpError, KeyNotFound, RanksMissing, ValuesNotStored
+from inkling_probe.store import dp
+from inkling_probe.store.segments import (Segment, first_line, one_run, open_segment, read_segment,
+                                           safe_dataset, segment_files)
+
+__all__ = ["Dump", "Segment", "open_dump", "as_dump", "MAX_OPEN_FILES"]
 
 
-@dataclass(frozen=True)
-class Segment:
-    """One segment file's identity and header."""
-
-    path: str
-    rank: int
-    world_size: int
-    complete_through_step: int
-    run: dict
+MAX_OPEN_FILES = 32  # segment files kept open at once (least recently used closed first)
 
 
 def open_dump(path) -> "Dump":
@@ -44,22 +38,24 @@ class Dump:
 
     def __init__(self, path, dp_raw: bool = False):
         self.path = os.fspath(path)
-        files, self.unfinished = _segment_files(self.path)
+        files, self.unfinished = segment_files(self.path)
         self.segments: list[Segment] = []
         rows = []
         for f in files:
-            seg, seg_rows = _read_segment(f)
+            seg, seg_rows = read_segment(f)
             self.segments.append(seg)
             rows.extend({**r, "_segment": len(self.segments) - 1} for r in seg_rows)
+        world = one_run(self.path, self.segments)
+        self.run_id = self.segments[0].run_id
         rows, self.dp_size, attn_size = (rows, 1, None) if dp_raw else dp.global_rows(rows)
-        self.world_size = attn_size or max(s.world_size for s in self.segments)
+        self.world_size = attn_size or world
         self.ranks = list(range(attn_size)) if attn_size else sorted({s.rank for s in self.segments})
         rows.sort(key=lambda r: (r["step"], r["seq"], r["rank"]))
         self._rows = rows
         self._by_key: dict[str, list[dict]] = defaultdict(list)
         for r in rows:
             self._by_key[r["key"]].append(r)
-        self._files: dict[int, h5py.File] = {}
+        self._files: OrderedDict[int, h5py.File] = OrderedDict()
         self._packs: dict[tuple, np.ndarray] = {}
 
     # -- listing ---------------------------------------------------------------------------
@@ -100,16 +96,18 @@ class Dump:
         """
         from inkling_probe.store.dtypes import decode
 
-        a = self.array(key, step, rank, call)
-        return decode(a, self._pick(key, step, rank, call)[0]["dtype"]).reshape(a.shape)
+        rows = self._pick(key, step, rank, call)
+        array = self._assemble(key, rows)
+        try:
+            return decode(array, rows[0]["dtype"]).reshape(array.shape)  # decode makes 0-d arrays 1-d
+        except (ValueError, TypeError) as e:
+            raise DumpError(f"{self.path}: key {key!r} step {step}: {first_line(e)}") from None
 
     def array(self, key: str, step: int = 0, rank: int | None = None, call: int = 0) -> np.ndarray:
         """The stored values as numpy, without torch: bf16 as exact float32, 8-bit floats as exact
         float16 (e8m0 as float32), packed fp4 as its uint8 bytes, every other dtype as itself.
         The index row's ``dtype`` (see :meth:`rows`) names the original dtype."""
         rows = self._pick(key, step, rank, call)
-        if rank is not None:
-            return self._load_array(rows[0]).reshape(rows[0]["shape"])
         return self._assemble(key, rows)
 
     def shards(self, key: str, step: int = 0, call: int = 0) -> dict:
@@ -119,6 +117,10 @@ class Dump:
     def _pick(self, key: str, step: int, rank: int | None, call: int) -> list[dict]:
         rows = self.rows(key, step, call)
         if rank is None:
+            layout, world = rows[0]["shard"], {r["rank"] for r in rows}
+            if layout != "replicated" and len(world) != self.world_size:
+                raise RanksMissing(f"{self.path}: key {key!r} ({layout}) has ranks {sorted(world)} of "
+                                f"{self.world_size}; can't reassemble (pass rank=)")
             return rows
         mine = [r for r in rows if r["rank"] == rank]
         if not mine:
@@ -126,13 +128,16 @@ class Dump:
         return mine[:1]
 
     def _assemble(self, key: str, rows: list[dict]) -> np.ndarray:
+        try:
+            return self._combine(key, rows)
+        except (ValueError, TypeError, IndexError) as e:  # a crafted or damaged index: shapes that don't fit
+            raise DumpError(f"{self.path}: key {key!r} step {rows[0]['step']} can't be read as indexed "
+                            f"({first_line(e)[:120]})") from None
+
+    def _combine(self, key: str, rows: list[dict]) -> np.ndarray:
         layout = rows[0]["shard"]
-        if layout == "replicated" or (len(rows) == 1 and self.world_size == 1):
+        if len(rows) == 1 or layout == "replicated":
             return self._load_array(rows[0]).reshape(rows[0]["shape"])
-        world = {r["rank"] for r in rows}
-        if len(world) != self.world_size:
-            raise DumpError(f"{self.path}: key {key!r} ({layout}) has ranks {sorted(world)} of "
-                            f"{self.world_size}; can't reassemble (pass rank=)")
         parts = [self._load_array(r).reshape(r["shape"]) for r in sorted(rows, key=lambda r: r["rank"])]
         if layout == "concat":
             return np.concatenate(parts, axis=rows[0]["dim"])
@@ -147,17 +152,29 @@ class Dump:
         if dp.is_merged(row):
             return dp.load(self.path, row, self._load_array)
         if not row["dataset"]:
-            raise DumpError(f"{self.path}: key {row['key']!r} step {row['step']} holds stats only "
+            raise ValuesNotStored(f"{self.path}: key {row['key']!r} step {row['step']} holds stats only "
                             "(recorded with INKLING_PROBE_MODE=stats or hash)")
-        f = self._file(row["_segment"])
-        try:
-            if row["offset"] >= 0:
-                array = self._pack(row["_segment"], row["dataset"])[row["offset"]: row["offset"] + row["numel"]]
-            else:
-                array = f[row["dataset"]][()]
-        except KeyError:
-            raise DumpError(f"{f.filename}: index names {row['dataset']!r} but the dataset is missing") from None
+        seg = row["_segment"]
+        if row["offset"] >= 0:
+            array = self._pack(seg, row["dataset"])[row["offset"]: row["offset"] + row["numel"]]
+            if array.size != row["numel"]:
+                raise DumpError(f"{self.segments[seg].path}: pack {row['dataset']!r} is shorter than its index says")
+        else:
+            array = self._read(seg, row["dataset"])
+        if array.size != row["numel"]:
+            raise DumpError(f"{self.segments[seg].path}: {row['dataset']!r} holds {array.size} values, "
+                            f"its index row {row['numel']}")
         return np.asarray(array)
+
+    def _read(self, segment: int, path: str) -> np.ndarray:
+        """One dataset's values; a missing, linked or externally stored dataset is a DumpError."""
+        f = self._file(segment)
+        try:
+            return safe_dataset(f, path)[()]
+        except DumpError:
+            raise
+        except Exception as e:  # h5py raises OSError, KeyError, ValueError... for damaged files
+            raise DumpError(f"{f.filename}: can't read {path!r} ({first_line(e)})") from None
 
     def _pack(self, segment: int, path: str) -> np.ndarray:
         """A whole pack array, cached (packs hold small tensors only, so each is small)."""
@@ -165,12 +182,17 @@ class Dump:
         if cache_key not in self._packs:
             if len(self._packs) >= 64:
                 self._packs.pop(next(iter(self._packs)))
-            self._packs[cache_key] = self._file(segment)[path][()]
+            self._packs[cache_key] = self._read(segment, path).reshape(-1)
         return self._packs[cache_key]
 
     def _file(self, segment: int) -> h5py.File:
-        if segment not in self._files:
-            self._files[segment] = h5py.File(self.segments[segment].path, "r")
+        """The segment's open file; at most MAX_OPEN_FILES stay open (least recently used closed)."""
+        if segment in self._files:
+            self._files.move_to_end(segment)
+            return self._files[segment]
+        if len(self._files) >= MAX_OPEN_FILES:
+            self._files.popitem(last=False)[1].close()
+        self._files[segment] = open_segment(self.segments[segment].path)
         return self._files[segment]
 
     def close(self) -> None:
@@ -198,59 +220,3 @@ def _round_to(total: np.ndarray, dtype_name: str, stored: np.dtype) -> np.ndarra
         rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16).astype(np.uint32)
         out = np.where(np.isnan(out), out, rounded.view(np.float32))
     return out
-
-
-def _segment_files(path: str) -> tuple[list[str], list[str]]:
-    if not os.path.exists(path):
-        raise DumpError(f"{path}: no such file or directory")
-    if os.path.isfile(path):
-        return [path], []
-    names = sorted(os.listdir(path))
-    files = [os.path.join(path, n) for n in names if schema.SEGMENT_RE.match(n)]
-    unfinished = [os.path.join(path, n) for n in names if n.endswith(".h5" + schema.TMP_SUFFIX)]
-    if not files:
-        hint = f" ({len(unfinished)} unfinished segment(s): the run died before its first step ended)" \
-            if unfinished else ""
-        raise DumpError(f"{path}: not an inkling-probe dump (no rank*-seg*.h5 files){hint}")
-    return files, unfinished
-
-
-def _read_segment(path: str) -> tuple[Segment, list[dict]]:
-    try:
-        f = h5py.File(path, "r")
-    except OSError as e:
-        kind = "truncated or corrupt HDF5 file" if _looks_hdf5(path) else "not an HDF5 file"
-        raise DumpError(f"{path}: {kind} ({str(e).splitlines()[0][:80]})") from None
-    with f:
-        attrs = f.attrs
-        if attrs.get("format") != schema.FORMAT_NAME:
-            raise DumpError(f"{path}: an HDF5 file, but not an inkling-probe dump (no format attribute)")
-        version = int(attrs.get("schema_version", -1))
-        if version > schema.SCHEMA_VERSION:
-            raise DumpError(f"{path}: schema version {version} is newer than this inkling-probe reads "
-                            f"({schema.SCHEMA_VERSION}); upgrade inkling-probe")
-        if "index" not in f:
-            raise DumpError(f"{path}: segment has no index dataset (file damaged?)")
-        seg = Segment(path, int(attrs["rank"]), int(attrs["world_size"]),
-                      int(attrs.get("complete_through_step", -1)), json.loads(attrs.get("run", "{}")))
-        return seg, [_row(r) for r in f["index"][()]]
-
-
-def _row(r) -> dict:
-    out = {}
-    for name in schema.INDEX_FIELDS:
-        v = r[name]
-        if isinstance(v, bytes):
-            v = v.decode()
-        elif isinstance(v, np.generic):
-            v = v.item()
-        out[name] = v
-    out["shape_text"] = out["shape"]
-    out["shape"] = schema.parse_shape(out["shape"])
-    out["meta"] = json.loads(out["meta"]) if out["meta"] else {}
-    return out
-
-
-def _looks_hdf5(path: str) -> bool:
-    with open(path, "rb") as fh:
-        return fh.read(8) == b"\x89HDF\r\n\x1a\n"

@@ -3,8 +3,13 @@
 Sending a large tensor down the pipe costs two copies (into and out of the kernel); through the ring
 it costs one copy in the recording process, and the writer reads it in place. The first 8 bytes hold
 the writer's ``tail`` (bytes consumed so far, monotonic); the recording process owns ``head``.
-Space is reused only after the writer has moved ``tail`` past it. The ring is a file in /dev/shm
-(or the temp dir), unlinked by the writer as soon as it has mapped it, so nothing outlives both.
+Space is reused only after the writer has moved ``tail`` past it.
+
+The ring is a file in /dev/shm (the temp dir where /dev/shm is missing or read-only), unlinked the
+moment it is created (the writer inherits its file descriptor), so nothing outlives the processes,
+whenever they die. The writer reserves its space (``posix_fallocate``) and says so; until then,
+and for good if it can't (a /dev/shm too small, such as Docker's default 64 MiB, or full), large
+tensors go through the pipe, with one warning line, instead of a SIGBUS at the first write.
 """
 from __future__ import annotations
 
@@ -24,17 +29,46 @@ class RingFull(RuntimeError):
     """The writer stopped consuming while the recording process waited for ring space."""
 
 
+SHM_DIR = "/dev/shm"
+
+
+def ring_file(warn) -> int | None:
+    """An unlinked, empty ring file in /dev/shm (or the temp dir), or None; ``warn(text)`` is
+    called once when it is not in /dev/shm. The writer process reserves its space (:func:`reserve`):
+    the recording process pays no more than creating it."""
+    failures = []
+    for where in (SHM_DIR, tempfile.gettempdir()):
+        try:
+            fd, path = tempfile.mkstemp(prefix="inkling-probe-ring-", dir=where)
+        except OSError as e:
+            failures.append(f"no ring in {where} ({e.strerror or e})")
+            continue
+        os.unlink(path)
+        if where != SHM_DIR:
+            warn(f"inkling-probe: {failures[0]}; the writer's ring is in {where} instead")
+        return fd
+    warn(f"inkling-probe: {failures[0]}; large tensors go through the pipe (slower)")
+    return None
+
+
+def reserve(fd: int, size: int) -> int:
+    """Reserve the ring's space (writer side): ``size``, else ``size // 4``; 0 when neither fits
+    (ENOSPC, a read-only or full file system). Reserved space can't SIGBUS when written."""
+    for n in (size, size // 4):
+        try:
+            os.posix_fallocate(fd, 0, _HEADER + n)
+            return n
+        except OSError as e:
+            reason = e.strerror or str(e)
+    raise OSError(f"no {size >> 20} MiB ring ({reason})")
+
+
 class RingWriter:
     """Recording-process side: copy payloads in, wait for space when the writer lags."""
 
-    def __init__(self, size: int):
-        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-        fd, self.path = tempfile.mkstemp(prefix="inkling-probe-ring-", dir=shm)
-        try:
-            os.ftruncate(fd, _HEADER + size)
-            self._mm = mmap.mmap(fd, _HEADER + size)
-        finally:
-            os.close(fd)
+    def __init__(self, fd: int, size: int):
+        self.fd = fd  # kept open until the writer has inherited it
+        self._mm = mmap.mmap(fd, _HEADER + size)
         self.size = size
         self.head = 0
         self._data = np.frombuffer(self._mm, dtype=np.uint8, offset=_HEADER)
@@ -59,22 +93,23 @@ class RingWriter:
     def close(self) -> None:
         self._data = None
         self._mm.close()
-        try:
-            os.unlink(self.path)  # normally the writer has already unlinked it
-        except FileNotFoundError:
-            pass
+        self.close_fd()
+
+    def close_fd(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 class RingReader:
-    """Writer-process side: map the ring, unlink its name, read payloads in place."""
+    """Writer-process side: reserve and map the inherited ring file, read payloads in place."""
 
-    def __init__(self, path: str, size: int):
-        fd = os.open(path, os.O_RDWR)
+    def __init__(self, fd: int, size: int):
         try:
-            self._mm = mmap.mmap(fd, _HEADER + size)
+            self.size = reserve(fd, size)
+            self._mm = mmap.mmap(fd, _HEADER + self.size)
         finally:
             os.close(fd)
-            os.unlink(path)
         self._data = np.frombuffer(self._mm, dtype=np.uint8, offset=_HEADER)
 
     def view(self, offset: int, nbytes: int, dtype: str, shape) -> np.ndarray:

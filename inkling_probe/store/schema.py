@@ -7,9 +7,11 @@ import h5py
 import numpy as np
 
 FORMAT_NAME = "inkling-probe"
-SCHEMA_VERSION = 1
-SEGMENT_RE = re.compile(r"^rank(\d{5})-seg(\d{6})\.h5$")
+SCHEMA_VERSION = 2  # 2: run id in segment names and attributes (version 1 files still read)
+# rank, segment, run id (absent in version 1 names)
+SEGMENT_RE = re.compile(r"^rank(\d{5})-seg(\d{6})(?:-([0-9a-f]{12}))?\.h5$")
 TMP_SUFFIX = ".tmp"
+LOCK_RE = re.compile(r"^rank(\d{5})\.lock$")
 NO_DIM = -1
 
 _STR = h5py.string_dtype("utf-8")
@@ -24,8 +26,18 @@ INDEX_FIELDS = INDEX_DTYPE.names
 SHARDS = ("replicated", "concat", "partial")
 
 
-def segment_name(rank: int, segment: int) -> str:
-    return f"rank{rank:05d}-seg{segment:06d}.h5"
+def segment_name(rank: int, segment: int, run_id: str) -> str:
+    return f"rank{rank:05d}-seg{segment:06d}-{run_id}.h5"
+
+
+def lock_name(rank: int) -> str:
+    return f"rank{rank:05d}.lock"
+
+
+def parse_segment_name(name: str) -> tuple[int, int, str] | None:
+    """(rank, segment, run id or '' for version 1) of a segment or unfinished segment name, else None."""
+    m = SEGMENT_RE.match(name.removesuffix(TMP_SUFFIX))
+    return (int(m[1]), int(m[2]), m[3] or "") if m else None
 
 
 def dataset_path(step: int, key: str, call: int) -> str:

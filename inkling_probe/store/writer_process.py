@@ -10,7 +10,9 @@ Run as ``python -m inkling_probe.store.writer_process`` by :class:`ProcessWriter
 """
 from __future__ import annotations
 
+import contextlib
 import marshal
+import select
 import os
 import signal
 import struct
@@ -19,7 +21,8 @@ import sys
 
 import numpy as np
 
-from inkling_probe.store.ring import RingReader, RingWriter, backoff
+from inkling_probe.errors import DumpError
+from inkling_probe.store.ring import RingReader, RingWriter, backoff, ring_file
 
 _FRAME = struct.Struct("<IQ")  # header bytes, payload bytes
 _PIPE_BYTES = 1 << 20
@@ -29,31 +32,64 @@ _RING_BYTES = 64 << 20
 _F_SETPIPE_SZ = 1031
 
 
-class WriterDied(RuntimeError):
+class WriterDied(DumpError):
     """The writer process is gone; the message says why, as far as it said."""
 
 
-class ProcessWriter:
-    """Main-process side: same calls as :class:`~inkling_probe.store.writer.SegmentWriter`."""
+def _warn(text: str) -> None:
+    sys.stderr.write(text + "\n")
 
-    def __init__(self, path, rank: int, world_size: int, **options):
+
+class ProcessWriter:
+    """Main-process side: same calls as :class:`~inkling_probe.store.writer.SegmentWriter`.
+
+    The process starts at construction (when recording is configured, so its imports overlap the
+    model's start-up); :meth:`open` names the dump once the rank is known.
+    """
+
+    def __init__(self):
         env = {k: v for k, v in os.environ.items() if k != "INKLING_PROBE"}
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "inkling_probe.store.writer_process"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0)
+        self._ring_fd = ring_file(_warn)
+        argv = [sys.executable, "-m", "inkling_probe.store.writer_process"]
+        if self._ring_fd is not None:
+            argv += [str(self._ring_fd), str(_RING_BYTES)]
+        # SIGINT blocked across the exec (the writer ignores it before unblocking): a Ctrl-C during
+        # its start-up stops the model only; the writer then sees end of file and keeps what it has
+        with _sigint_blocked():
+            self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                                          bufsize=0, pass_fds=() if self._ring_fd is None else (self._ring_fd,))
+        self._ring = None  # mapped once the writer says it reserved the space
+        self._ring_pending = self._ring_fd is not None
         self._fd = self._proc.stdin.fileno()
         _grow_pipe(self._fd)
         self._batch = bytearray()
-        self._ring = RingWriter(_RING_BYTES)
-        self._send({"op": "open", "path": os.fspath(path), "rank": rank, "world_size": world_size,
-                    "ring": self._ring.path, "ring_bytes": self._ring.size, **options})
         self._closed = False
+
+    def _ring_status(self, block: bool) -> None:
+        """Read the writer's first line, 'ring ok SIZE' or 'ring none REASON', once it is there."""
+        if not self._ring_pending or not (block or select.select([self._proc.stdout], [], [], 0)[0]):
+            return
+        self._ring_pending = False
+        line = self._proc.stdout.readline().decode(errors="replace").strip()
+        fd, self._ring_fd = self._ring_fd, None
+        if line.startswith("ring ok "):
+            self._ring = RingWriter(fd, int(line.split()[2]))
+            self._ring.close_fd()  # the mapping stays
+            return
+        if line.startswith("ring none "):
+            _warn(f"inkling-probe: {line.removeprefix('ring none ')}; large tensors go through the pipe (slower)")
+        os.close(fd)
+
+    def open(self, path, rank: int, world_size: int, **options) -> "ProcessWriter":
+        self._send({"op": "open", "path": os.fspath(path), "rank": rank, "world_size": world_size, **options})
+        return self
 
     def add(self, row: dict, array: np.ndarray, *, stats: bool = True, store: bool = True) -> None:
         array = np.ascontiguousarray(array)
         header = {"op": "add", "row": row, "np": array.dtype.str, "shape": array.shape,
                   "stats": stats, "store": store}
-        if _RING_MIN_BYTES <= array.nbytes <= self._ring.size // 2:
+        self._ring_status(block=False)
+        if self._ring is not None and _RING_MIN_BYTES <= array.nbytes <= self._ring.size // 2:
             header["ring"] = (*self._ring.put(array, self._wait_for_ring), array.nbytes)  # pos, end, n
             self._send(header)
             self._flush()  # let the writer start on it now, not when the batch fills
@@ -80,7 +116,19 @@ class ProcessWriter:
         self._ack()
         self._proc.stdin.close()
         self._proc.wait()
-        self._ring.close()
+        if self._ring is not None:
+            self._ring.close()
+        if self._ring_fd is not None:
+            os.close(self._ring_fd)
+            self._ring_fd = None
+
+    def abandon(self) -> None:
+        """After a failure: let the process go (it sees end of file) without waiting on it."""
+        self._closed = True
+        try:
+            self._proc.stdin.close()
+        except OSError:
+            pass
 
     def _send(self, header: dict, payload=b"") -> None:
         head = marshal.dumps(header)
@@ -107,14 +155,27 @@ class ProcessWriter:
             raise WriterDied(self._why()) from None
 
     def _ack(self) -> None:
+        self._ring_status(block=True)
         line = self._proc.stdout.readline().decode().strip()
         if line != "ok":
             raise WriterDied(line.removeprefix("err ") if line else self._why())
 
     def _why(self) -> str:
+        self._ring_status(block=True)
         line = self._proc.stdout.readline().decode().strip() if self._proc.stdout else ""
         code = self._proc.wait()
         return line.removeprefix("err ") or f"inkling-probe writer process exited with code {code}"
+
+
+@contextlib.contextmanager
+def _sigint_blocked():
+    mask = getattr(signal, "pthread_sigmask", None)
+    old = mask(signal.SIG_BLOCK, {signal.SIGINT}) if mask else None
+    try:
+        yield
+    finally:
+        if mask:
+            mask(signal.SIG_SETMASK, old)
 
 
 def _grow_pipe(fd: int) -> None:
@@ -155,49 +216,88 @@ def _read_message(stdin):
     return marshal.loads(head), payload
 
 
-def serve(stdin, stdout) -> int:
-    """Apply framed messages from ``stdin`` to a SegmentWriter until close or end-of-file."""
+def serve(stdin, stdout, ring=None) -> int:
+    """Apply framed messages from ``stdin`` to a SegmentWriter until close or end-of-file; after a
+    failure the open segment is abandoned quietly (its ``.tmp`` stays) and the error raised."""
     from inkling_probe.store.writer import SegmentWriter
 
-    writer, ring, done = None, None, -1
-    while True:
-        msg, payload = _read_message(stdin)
-        if msg is None:  # the recording process is gone (maybe mid-message): keep what we have
-            if writer is not None:
-                writer.end_segment(complete_through_step=done)
-            return 0
-        op = msg["op"]
-        if op == "add":
-            where = msg.get("ring")
-            if where is None:
-                array = np.frombuffer(payload, dtype=np.dtype(msg["np"])).reshape(msg["shape"])
-            else:
-                array = ring.view(where[0], where[2], msg["np"], msg["shape"])
-            writer.add(msg["row"], array, stats=msg["stats"], store=msg["store"])
-            if where is not None:
-                ring.consumed(where[1])  # add() copied or wrote the data: the space is free again
-        elif op == "open":
-            ring = RingReader(msg["ring"], msg["ring_bytes"])
-            args = {k: v for k, v in msg.items() if k not in ("op", "path", "rank", "world_size", "ring",
-                                                             "ring_bytes")}
-            writer = SegmentWriter(msg["path"], msg["rank"], msg["world_size"], **args)
-        elif op in ("end", "close"):
-            writer.end_segment(complete_through_step=msg["step"])
-            done = msg["step"]
-            stdout.write(b"ok\n")
-            stdout.flush()
-            if op == "close":
+    writer, done = None, -1
+    try:
+        while True:
+            writer, done, finished = _apply(stdin, stdout, ring, writer, done, SegmentWriter)
+            if finished:
                 return 0
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+
+
+def _apply(stdin, stdout, ring, writer, done, SegmentWriter):
+    """Apply one message: (writer, last completed step, finished?)."""
+    msg, payload = _read_message(stdin)
+    if msg is None:  # the recording process is gone (maybe mid-message): keep what we have
+        if writer is not None:
+            writer.end_segment(complete_through_step=done)
+        return writer, done, True
+    op = msg["op"]
+    if op == "add":
+        where = msg.get("ring")
+        if where is None:
+            array = np.frombuffer(payload, dtype=np.dtype(msg["np"])).reshape(msg["shape"])
+        else:
+            array = ring.view(where[0], where[2], msg["np"], msg["shape"])
+        writer.add(msg["row"], array, stats=msg["stats"], store=msg["store"])
+        if where is not None:
+            ring.consumed(where[1])  # add() copied or wrote the data: the space is free again
+    elif op == "open":
+        args = {k: v for k, v in msg.items() if k not in ("op", "path", "rank", "world_size")}
+        writer = SegmentWriter(msg["path"], msg["rank"], msg["world_size"], **args)
+    elif op in ("end", "close"):
+        if writer is not None:
+            writer.end_segment(complete_through_step=msg["step"])
+        done = msg["step"]
+        _say(stdout, "ok")
+        return writer, done, op == "close"
+    return writer, done, False
+
+
+def _open_ring(args, stdout):
+    """Reserve and map the inherited ring; tell the recording process the outcome in one line."""
+    if len(args) < 2:
+        return None
+    try:
+        ring = RingReader(int(args[0]), int(args[1]))
+        _say(stdout, f"ring ok {ring.size}")
+    except OSError as e:
+        ring = None
+        _say(stdout, f"ring none {e}")
+    return ring
+
+
+def _say(stdout, line: str) -> None:
+    """One line to the recording process; if it has gone, carry on (what it sent is still kept)."""
+    try:
+        stdout.write(line.replace("\n", " ").encode() + b"\n")
+        stdout.flush()
+    except OSError:
+        null = os.open(os.devnull, os.O_WRONLY)  # nothing left to flush into a dead pipe at exit
+        os.dup2(null, stdout.fileno())
+        os.close(null)
 
 
 def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the model; we finish the segment
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked by the parent across exec
+    if hasattr(signal, "SIGXFSZ"):
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file size limit: an error, not a kill
     try:
-        return serve(sys.stdin.buffer, sys.stdout.buffer)
+        ring = _open_ring(sys.argv[1:], sys.stdout.buffer)
+        return serve(sys.stdin.buffer, sys.stdout.buffer, ring)
     except Exception as e:  # report one line to the recording process, then exit
-        sys.stdout.buffer.write(f"err inkling-probe writer: {type(e).__name__}: {e}".replace("\n", " ")
-                                .encode() + b"\n")
-        sys.stdout.buffer.flush()
+        text = str(e) if isinstance(e, DumpError) else f"inkling-probe writer: {type(e).__name__}: {e}"
+        _say(sys.stdout.buffer, f"err {text}")
         return 1
 
 

@@ -105,7 +105,7 @@ def record(family: Family, run: Run, dump: str) -> None:
         if batch > 1 and run.setting("slice", False):
             rec = record_row(model, dump, row, batch, TOKENS)
         else:
-            rec = inkling_probe.record(model, dump, token_dim=1, writer="inline")
+            rec = inkling_probe.record(model, dump, writer="inline")  # honest token dims ("auto")
         with torch.no_grad(), rec:
             _forward(model, ids, run.setting("decode", 0))
 

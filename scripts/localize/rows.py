@@ -22,9 +22,23 @@ def _row(t: torch.Tensor, row: int, batch: int, tokens: int) -> torch.Tensor:
     return t
 
 
+def _token_dim(t: torch.Tensor, tokens: int):
+    """The honest token dim of a cut tensor (as ``record``'s "auto" finds it for one prompt)."""
+    s = tuple(t.shape)
+    if len(s) >= 2 and s[0] == 1 and s[1] == tokens:
+        return 1, {"batch_dim": 0}
+    if len(s) >= 3 and s[0] == 1 and s[2] == tokens:
+        return 2, {"batch_dim": 0}
+    if s and s[0] == tokens:
+        return 0, {}
+    return None, {}
+
+
 def _emit(items, row, batch, tokens):
     for key, t in items:
-        inkling_probe.probe(key or "output", _row(t, row, batch, tokens), token_dim=1)
+        cut = _row(t, row, batch, tokens)
+        token_dim, meta = _token_dim(cut, tokens)
+        inkling_probe.probe(key or "output", cut, token_dim=token_dim, **meta)
 
 
 @contextlib.contextmanager

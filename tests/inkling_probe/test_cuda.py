@@ -3,6 +3,7 @@ import pytest
 import torch
 
 import inkling_probe
+from inkling_probe.errors import ProbeError
 
 pytestmark = pytest.mark.cuda
 
@@ -32,6 +33,6 @@ def test_eager_probe_refuses_graph_capture(tmp_path):
     with inkling_probe.recording(tmp_path / "d"):
         inkling_probe.probe("warm", x)
         s = torch.cuda.Stream()
-        with torch.cuda.stream(s), pytest.raises(RuntimeError, match="CUDA-graph capture"):
+        with torch.cuda.stream(s), pytest.raises(ProbeError, match="CUDA-graph capture"):
             with torch.cuda.graph(g):
                 inkling_probe.probe("inside", x * 2)

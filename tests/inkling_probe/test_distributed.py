@@ -118,7 +118,7 @@ def test_index_rows_carry_rank_shard_and_dim(two_ranks):
             assert (c["shard"], c["dim"], c["shape"]) == ("concat", 1, (4, 2))
             assert (p["shard"], p["dim"], p["dtype"]) == ("partial", -1, "bfloat16")
             assert (x["shard"], x["dim"], x["dtype"]) == ("replicated", -1, "int64")
-    files = sorted(os.listdir(two_ranks[0]))
+    files = sorted(n for n in os.listdir(two_ranks[0]) if n.endswith(".h5"))
     assert {f.split("-")[0] for f in files} == {"rank00000", "rank00001"}
     for seg in d.segments:
         with h5py.File(seg.path, "r") as f:
@@ -156,7 +156,7 @@ def test_four_ranks_reassemble(tmp_path):
 
 def test_rank_filter_records_rank_0_only(two_ranks):
     path = two_ranks[1]
-    assert {f.split("-")[0] for f in os.listdir(path)} == {"rank00000"}
+    assert {f.split("-")[0] for f in os.listdir(path) if f.endswith(".h5")} == {"rank00000"}
     d = inkling_probe.open(path)
     assert d.ranks == [0] and d.world_size == 2
     assert torch.equal(d.tensor("replicated", 1), replicated(1))

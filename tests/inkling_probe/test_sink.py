@@ -90,7 +90,7 @@ def test_bad_probe_calls_fail_clearly(tmp_path):
             inkling_probe.probe("x", torch.zeros(2, 2), shard="concat")
         with pytest.raises(ValueError, match="shard='split'"):
             inkling_probe.probe("x", torch.zeros(2), shard="split")
-        with pytest.raises(ValueError, match="no '/'"):
+        with pytest.raises(ValueError, match="must not contain '/'"):
             inkling_probe.probe("a/b", torch.zeros(2))
         with pytest.raises(TypeError, match="expected a torch.Tensor"):
             inkling_probe.probe("x", [1, 2])

@@ -40,8 +40,9 @@ def bad(dump, tmp_path_factory):
 
     def copy_with(name, edit):
         shutil.copytree(dump, root / name)
-        edit(root / name / SEG0)
-        out[name] = (root / name, root / name / SEG0)
+        seg = sorted((root / name).glob("rank00000-seg000000*.h5"))[0]
+        edit(seg)
+        out[name] = (root / name, seg)
 
     def cut_in_half(seg):
         data = seg.read_bytes()
@@ -78,7 +79,7 @@ WHY = {
     "text": "not an HDF5 file",
     "foreign": "an HDF5 file, but not an inkling-probe dump",
     "truncated": "truncated or corrupt HDF5 file",
-    "newer": "schema version 2 is newer than this inkling-probe reads (1)",
+    "newer": "schema version 3 is newer than this inkling-probe reads (2)",
 }
 
 
@@ -117,7 +118,7 @@ def test_show_no_such_rank(dump):
     ("a:b", "invalid literal for int()"),
     ("0,0,0", "3 indices for a 2-dim tensor"),
     ("1::0", "slice step cannot be zero"),
-    ("7", "index 7 is out of bounds for dimension 0 with size 3"),
+    ("7", "index 7 is out of bounds for axis 0 with size 3"),
     ("0:1:2:3", "bad slice part '0:1:2:3'"),
 ])
 def test_show_bad_slice(dump, text, why):

@@ -72,7 +72,7 @@ def test_threshold_and_metric_options(dumps):
 
 
 def test_control_option(dumps):
-    ctl = _write(dumps["root"] / "ctl2", scale_at=1, factor=1.5)  # a control off by half the fault
+    ctl = _write(dumps["root"] / "ctl2", scale_at=1, factor=1.6)  # a control off by 60% of the fault
     r = run(dumps["ref"], dumps["bad"], "--control", ctl, "--json")
     doc = json.loads(r.output)
     row = next(x for x in doc["rows"] if x["key"] == "layers.1.resid")

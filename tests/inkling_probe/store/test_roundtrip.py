@@ -95,7 +95,7 @@ def test_plain_h5py_reads_numbers_without_this_package(tmp_path):
         inkling_probe.probe("layers.0.small", small_bf16)
     (path,) = glob.glob(str(tmp_path / "d" / "rank00000-seg*.h5"))
     with h5py.File(path, "r") as f:
-        assert f.attrs["format"] == "inkling-probe" and f.attrs["schema_version"] == 1
+        assert f.attrs["format"] == "inkling-probe" and f.attrs["schema_version"] == 2
         json.loads(f.attrs["run"])
         index = f["index"][()]
         keys = [k.decode() for k in index["key"]]

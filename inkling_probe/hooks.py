@@ -1,0 +1,132 @@
+"""Module hooks: record the outputs (and inputs) of every submodule of any ``torch.nn.Module``.
+
+Keys are module paths as ``named_modules()`` gives them (the root is ""), flattened:
+a tensor output is ``P``; tuple/list items ``P.0``, ``P.1``; dict or ModelOutput fields ``P.<field>``;
+inputs ``P.in.0`` and keyword inputs ``P.in.<name>``; a root that returns a bare tensor gives
+``output``. A name map renames the full key.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from inkling_probe import sink
+from inkling_probe.settings import glob_patterns, matches_any
+
+
+def flatten(value, prefix: str):
+    """Yield (key, tensor) for every tensor inside nested tuples/lists/dicts/ModelOutputs."""
+    if isinstance(value, torch.Tensor):
+        yield prefix, value
+    elif isinstance(value, dict):  # ModelOutput is an OrderedDict subclass (only set fields appear)
+        for name, item in value.items():
+            yield from flatten(item, _join(prefix, str(name)))
+    elif isinstance(value, (tuple, list)):
+        for i, item in enumerate(value):
+            yield from flatten(item, _join(prefix, str(i)))
+
+
+def _join(prefix: str, suffix: str) -> str:
+    return f"{prefix}.{suffix}" if prefix else suffix
+
+
+class _Capture:
+    def __init__(self, include, name_map, token_dim):
+        self.include = glob_patterns(include)
+        self.name_map = name_map
+        self.token_dim = token_dim
+        self.batch_tokens: tuple[int, int] | None = None  # (B, T) of the root's input, for "auto"
+
+    def learn_shape(self, module, args, kwargs):
+        """Remember (B, T) from the root's first [B, T] integer input (or [B, T, H] embeddings)."""
+        found = None
+        for v in list(args) + list(kwargs.values()):
+            if isinstance(v, torch.Tensor) and v.dim() == 2 and not v.is_floating_point():
+                found = tuple(v.shape)
+                break
+        if found is None:
+            emb = kwargs.get("inputs_embeds")
+            if isinstance(emb, torch.Tensor) and emb.dim() == 3:
+                found = tuple(emb.shape[:2])
+        self.batch_tokens = found or self.batch_tokens
+
+    def layout(self, t: torch.Tensor) -> tuple[int | None, dict]:
+        """(token_dim, meta) of one tensor: the recorded honest token dim of ``token_dim="auto"``.
+
+        ``[B, T, ...]`` -> dim 1 (batch dim 0); ``[B, heads, T, ...]`` -> dim 2; ``[B*T, ...]``
+        (tokens flattened, as MoE internals are) -> dim 0 with ``batch`` = B; anything else has no
+        token dim (never sliced, compared as a whole)."""
+        if self.token_dim != "auto":
+            return self.token_dim, {}
+        if self.batch_tokens is None or t.dim() == 0:
+            return None, {}
+        b, n = self.batch_tokens
+        s = tuple(t.shape)
+        if len(s) >= 2 and s[0] == b and s[1] == n:
+            return 1, {"batch_dim": 0}
+        if len(s) >= 3 and s[0] == b and s[2] == n:
+            return 2, {"batch_dim": 0}
+        if s[0] == b * n:
+            return 0, ({"batch": b} if b > 1 else {})
+        return None, {}
+
+    def wanted(self, path: str) -> bool:
+        return not self.include or matches_any(path, self.include)
+
+    def emit(self, key: str, tensor: torch.Tensor) -> None:
+        name = self.name_map.apply(key) if self.name_map is not None else key
+        if name:
+            token_dim, meta = self.layout(tensor)
+            sink.probe(name, tensor, token_dim=token_dim, **meta)
+
+    def pre_hook(self, path: str):
+        def hook(module, args, kwargs):
+            for key, t in flatten(list(args), _join(path, "in")):
+                self.emit(key, t)
+            for key, t in flatten(dict(kwargs), _join(path, "in")):
+                self.emit(key, t)
+        return hook
+
+    def post_hook(self, path: str):
+        def hook(module, args, kwargs, output):
+            for key, t in flatten(output, path):
+                self.emit(key or "output", t)
+        return hook
+
+
+@contextlib.contextmanager
+def record(module: torch.nn.Module, path=None, include=None, inputs: bool = True, name_map=None,
+           token_dim: int | str | None = "auto", **settings):
+    """Record every matching submodule's outputs (and inputs) while the block runs.
+
+    ``path`` is the dump directory; with ``path=None`` the already active recorder (from
+    ``INKLING_PROBE`` or an enclosing :func:`inkling_probe.recording`) is used. ``include`` holds
+    module-path globs (before the name map). ``name_map`` is a :class:`NameMap`, a TOML path or a
+    shipped map's name. ``token_dim`` is each tensor's token dim (where a token slice,
+    ``INKLING_PROBE_TOKENS``, applies and rows are compared): ``"auto"`` (default) finds it per
+    tensor from the root's ``[B, T]`` input (``[B, T, ...]`` -> 1, ``[B, heads, T, ...]`` -> 2,
+    token-flattened ``[B*T, ...]`` -> 0, else none); an int forces one dim for every tensor. Hooks
+    are removed on exit, also when the block raises.
+    """
+    from inkling_probe.namemap import NameMap
+
+    capture = _Capture(include, NameMap.load(name_map) if name_map is not None else None, token_dim)
+    handles = []
+    with contextlib.ExitStack() as stack:
+        if path is not None:
+            stack.enter_context(sink.recording(path, **settings))
+        elif not sink.enabled():
+            raise RuntimeError("record(module) without a path needs recording on (INKLING_PROBE or recording())")
+        try:
+            handles.append(module.register_forward_pre_hook(capture.learn_shape, with_kwargs=True))
+            for mpath, sub in module.named_modules():
+                if not capture.wanted(mpath):
+                    continue
+                if inputs:
+                    handles.append(sub.register_forward_pre_hook(capture.pre_hook(mpath), with_kwargs=True))
+                handles.append(sub.register_forward_hook(capture.post_hook(mpath), with_kwargs=True))
+            yield module
+        finally:
+            for h in handles:
+                h.remove()

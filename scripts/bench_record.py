@@ -1,0 +1,323 @@
+"""record() against torch.save from forward hooks, side by side in one run (issue 9, README figures).
+
+The anchors' protocol (reference/MEASURED.md, "Peers"): transformers' Inkling with random weights,
+fp32, every module output recorded, torch threads 1; overhead = the recording forward / the plain
+forward, medians of interleaved runs. Each (shape, cores) cell runs in its own process pinned to
+that many cores (the writer process inherits the pinning), so "1 core" means the writer competes
+with the model. Also measured: the writer's start cost in the recording process, and the start-up
+of the torch-free read commands (`ls`, `show`) against `python -c "import h5py, numpy"`.
+
+Run:  .venv/bin/python scripts/bench_record.py [--shapes tiny,small] [--cores 1,2] [--repeats 7]
+GPU:  python scripts/bench_record.py --cuda   (inkling_model small, bf16, eager: recorded / plain)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+SHAPES = {  # MEASURED.md's peer table: tiny = hidden 128, 6 layers, 8 experts, seq 64; small = 512, 8, 16, 256
+    "tiny": (dict(vocab_size=512, hidden_size=128, num_hidden_layers=6, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=32, swa_num_attention_heads=4, swa_num_key_value_heads=2,
+                  swa_head_dim=32, intermediate_size=256, moe_intermediate_size=64, n_routed_experts=8,
+                  num_experts_per_tok=2, n_shared_experts=2, sliding_window_size=16, rel_extent=32), 64),
+    "small": (dict(vocab_size=2048, hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
+                   num_key_value_heads=2, head_dim=64, swa_num_attention_heads=8, swa_num_key_value_heads=4,
+                   swa_head_dim=64, intermediate_size=1024, moe_intermediate_size=256, n_routed_experts=16,
+                   num_experts_per_tok=4, n_shared_experts=2, sliding_window_size=64, rel_extent=128), 256),
+}
+
+
+def interleaved(fns: dict, repeats: int) -> dict:
+    """All samples (seconds) of each callable, run in shuffled turns ``repeats`` times after a warm-up."""
+    for f in fns.values():
+        f()
+    times = {k: [] for k in fns}
+    order, rng = list(fns), random.Random(0)
+    for _ in range(repeats):
+        rng.shuffle(order)
+        for k in order:
+            t0 = time.perf_counter()
+            fns[k]()
+            times[k].append(time.perf_counter() - t0)
+    return times
+
+
+# -- one cell, in a pinned child process ----------------------------------------------------------
+def torch_save_hooks(model, folder):
+    """The peer: torch.save of every module output, one file per tensor (SGLang dumper style)."""
+    import torch
+
+    from inkling_probe.hooks import flatten
+
+    def hook_for(path):
+        def hook(module, args, output):
+            for key, t in flatten(output, path):
+                torch.save(t.detach(), os.path.join(folder["now"], f"{key or 'output'}.pt"))
+        return hook
+    return [m.register_forward_hook(hook_for(p)) for p, m in model.named_modules()]
+
+
+def cell(shape: str, repeats: int) -> dict:
+    import torch
+    from transformers import InklingForCausalLM, InklingTextConfig
+
+    import inkling_probe
+    from inkling_probe import sink
+
+    torch.set_num_threads(1)
+    kwargs, seq = SHAPES[shape]
+    torch.manual_seed(0)
+    model = InklingForCausalLM(InklingTextConfig(**kwargs)).eval()
+    ids = torch.randint(0, kwargs["vocab_size"], (1, seq))
+    root = tempfile.mkdtemp(prefix="bench-record-")
+    fns = {"plain": lambda: model(ids)}
+    recorders = {}
+    for writer in ("inline", "process"):
+        rec_ctx = inkling_probe.recording(os.path.join(root, writer), writer=writer)
+        recorders[writer] = (rec_ctx, rec_ctx.__enter__())
+        sink._RECORDER = None
+    hooks = {}
+
+    def recorded(writer):
+        def run():
+            ctx, rec = recorders[writer]
+            sink._RECORDER = rec
+            with inkling_probe.record(model, inputs=False):
+                inkling_probe.step()  # waits for the previous step's segment: part of the cost
+                model(ids)
+            sink._RECORDER = None
+        return run
+
+    counter = {"n": 0}
+    folder = {"now": root}
+
+    def saved():
+        counter["n"] += 1
+        folder["now"] = os.path.join(root, f"pt-{counter['n']}")
+        os.makedirs(folder["now"])
+        handles = torch_save_hooks(model, folder)
+        try:
+            model(ids)
+        finally:
+            for h in handles:
+                h.remove()
+
+    fns.update({"record inline": recorded("inline"), "record process": recorded("process"),
+                "torch.save hooks": saved})
+    with torch.no_grad():
+        times = interleaved(fns, repeats)
+    hooks["files"] = len(os.listdir(folder["now"]))
+    for ctx, rec in recorders.values():
+        sink._RECORDER = rec
+        ctx.__exit__(None, None, None)
+    d = inkling_probe.open(os.path.join(root, "inline"))
+    mb = sum(r["numel"] * 4 for r in d.index if r["step"] == 1) / 1e6
+    tensors = sum(1 for r in d.index if r["step"] == 1)
+    shutil.rmtree(root)
+    from inkling_probe.recorder import writer_mode
+    return {"times": times, "mb": mb, "tensors": tensors, "files": hooks["files"], "auto": writer_mode("auto")}
+
+
+def writer_start(repeats: int) -> dict:
+    """The writer's cost in the recording process: Popen and ring set-up, and a one-shot dump."""
+    import torch
+
+    import inkling_probe
+    from inkling_probe.store.writer_process import ProcessWriter
+
+    root = tempfile.mkdtemp(prefix="bench-start-")
+    spawn = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        w = ProcessWriter()
+        spawn.append(time.perf_counter() - t0)
+        w.close(-1)
+    x = torch.randn(64, 128)
+    oneshot = {}
+    for label, early in (("at first probe", False), ("0.5 s earlier (INKLING_PROBE at import)", True)):
+        samples = []
+        for i in range(repeats):
+            path = os.path.join(root, f"{i}-{early}")
+            with inkling_probe.recording(path, writer="process"):
+                if early:
+                    time.sleep(0.5)  # the model loading while the writer starts
+                t0 = time.perf_counter()
+                for k in range(50):
+                    inkling_probe.probe(f"t{k}", x)
+                inkling_probe.step()  # the one step is on disk when this returns
+                samples.append(time.perf_counter() - t0)
+        oneshot[label] = statistics.median(samples)
+    shutil.rmtree(root)
+    return {"spawn": statistics.median(spawn), "oneshot": oneshot}
+
+
+def child_main(args) -> None:
+    os.sched_setaffinity(0, set(json.loads(args.child_cpus)))
+    out = {"cells": {s: cell(s, args.repeats) for s in args.shapes.split(",")}}
+    if args.start:
+        out["start"] = writer_start(5)
+    print("RESULT " + json.dumps(out))
+
+
+# -- the parent: cells, read start-up, report ------------------------------------------------------
+def run_child(cpus: list[int], shapes: str, repeats: int, start: bool) -> dict:
+    argv = [sys.executable, os.path.abspath(__file__), "--child-cpus", json.dumps(cpus), "--shapes", shapes,
+            "--repeats", str(repeats)] + (["--start"] if start else [])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INKLING_PROBE")}
+    out = subprocess.run(argv, capture_output=True, text=True, env={**env, "OMP_NUM_THREADS": "1"})
+    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    if line is None:
+        sys.exit(f"bench child failed:\n{out.stderr[-3000:]}")
+    return json.loads(line[len("RESULT "):])
+
+
+def read_startup(repeats: int) -> dict:
+    """Wall time of `ls` and `show` on a small dump vs `python -c "import h5py, numpy"`."""
+    import torch
+
+    import inkling_probe
+
+    root = tempfile.mkdtemp(prefix="bench-read-")
+    path = os.path.join(root, "d")
+    with inkling_probe.recording(path, writer="inline"):
+        for i in range(50):
+            inkling_probe.probe(f"layers.{i}.out", torch.randn(64, 128))
+    cmds = {"import h5py, numpy": [sys.executable, "-c", "import h5py, numpy"],
+            "inkling-probe ls": [sys.executable, "-m", "inkling_probe.cli", "ls", path],
+            "inkling-probe show": [sys.executable, "-m", "inkling_probe.cli", "show", path, "layers.3.out"],
+            "import torch": [sys.executable, "-c", "import torch"]}
+    env = {**os.environ, "PYTHONPATH": ROOT}
+
+    def runner(cmd):
+        return lambda: subprocess.run(cmd, capture_output=True, env=env, check=True)
+    times = interleaved({k: runner(c) for k, c in cmds.items()}, repeats)
+    shutil.rmtree(root)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def _spread(samples: list[float], base: list[float]) -> str:
+    """Median ratio and the interquartile range of per-round ratios."""
+    ratios = sorted(s / b for s, b in zip(samples, base))
+    q = statistics.quantiles(ratios, n=4) if len(ratios) >= 4 else [ratios[0], 0, ratios[-1]]
+    return f"{statistics.median(samples) / statistics.median(base):.2f}x [{q[0]:.2f}-{q[2]:.2f}]"
+
+
+def report(results: dict, startup: dict | None) -> None:
+    for cores, res in results.items():
+        for shape, c in res["cells"].items():
+            t = c["times"]
+            plain = t["plain"]
+            print(f"{shape:5s} {cores} core{'s' if cores > 1 else ' '} plain {statistics.median(plain) * 1e3:7.1f} ms | "
+                  f"torch.save hooks {_spread(t['torch.save hooks'], plain)} | record inline "
+                  f"{_spread(t['record inline'], plain)} | record process {_spread(t['record process'], plain)} | "
+                  f"auto = {c['auto']} | {c['tensors']} tensors, {c['mb']:.1f} MB/forward, {c['files']} .pt files")
+        if "start" in res:
+            s = res["start"]
+            print(f"writer start ({cores} core{'s' if cores > 1 else ''}): spawn in the recording process "
+                  f"{s['spawn'] * 1e3:.1f} ms; one-shot dump of 50 tensors (probes + step()): " +
+                  ", ".join(f"writer started {k}: {v * 1e3:.0f} ms" for k, v in s["oneshot"].items()))
+    if startup:
+        base = startup["import h5py, numpy"]
+        print("read start-up (wall, median): " + ", ".join(
+            f"{k} {v:.2f} s" + (f" (+{v - base:.2f} s)" if k != "import h5py, numpy" else "")
+            for k, v in startup.items()))
+
+
+# -- CUDA: inkling_model small bf16, eager -------------------------------------------------------
+def cuda_main(repeats: int) -> None:
+    import importlib.util
+
+    import torch
+
+    if "inkling_model" not in sys.modules and importlib.util.find_spec("inkling_model") is None:
+        spec = importlib.util.spec_from_file_location("inkling_model", os.path.join(ROOT, "model", "__init__.py"),
+                                                      submodule_search_locations=[os.path.join(ROOT, "model")])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["inkling_model"] = module
+        spec.loader.exec_module(module)
+    from inkling_model.config import InklingConfig
+    from inkling_model.model import InklingForCausalLM
+
+    import inkling_probe
+
+    torch.manual_seed(0)
+    model = InklingForCausalLM(InklingConfig.preset("small"), dtype=torch.bfloat16).cuda().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.02) if p.is_floating_point() else None
+    ids = torch.randint(0, model.config.vocab_size, (256,), device="cuda")
+    root = tempfile.mkdtemp(prefix="bench-cuda-")
+
+    def plain():
+        model(ids)
+        torch.cuda.synchronize()
+
+    recs = {}
+    for writer in ("inline", "process"):
+        ctx = inkling_probe.recording(os.path.join(root, writer), writer=writer)
+        recs[writer] = (ctx, ctx.__enter__())
+        inkling_probe.sink._RECORDER = None
+
+    def recorded(writer):
+        def run():
+            inkling_probe.sink._RECORDER = recs[writer][1]
+            model(ids)  # calls step(), which waits for the previous step to be on disk
+            torch.cuda.synchronize()
+            inkling_probe.sink._RECORDER = None
+        return run
+    with torch.no_grad():
+        t = interleaved({"plain": plain, "inline": recorded("inline"), "process": recorded("process")}, repeats)
+    for ctx, rec in recs.values():
+        inkling_probe.sink._RECORDER = rec
+        ctx.__exit__(None, None, None)
+    d = inkling_probe.open(os.path.join(root, "inline"))
+    n = sum(1 for r in d.index if r["step"] == 1)
+    shutil.rmtree(root)
+    print(f"GPU {torch.cuda.get_device_name()} inkling_model small bf16 eager, 256 tokens, {n} probes/forward: "
+          f"plain {statistics.median(t['plain']) * 1e3:.1f} ms | recorded inline {_spread(t['inline'], t['plain'])} | "
+          f"recorded process {_spread(t['process'], t['plain'])}  (target < 2x)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default="tiny,small")
+    ap.add_argument("--cores", default="1,2", help="cells pinned to this many cores (comma-separated)")
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--cuda", action="store_true", help="GPU: inkling_model small bf16, recorded / plain")
+    ap.add_argument("--no-startup", action="store_true", help="skip the read start-up measurement")
+    ap.add_argument("--child-cpus", help=argparse.SUPPRESS)
+    ap.add_argument("--start", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child_cpus:
+        return child_main(args)
+    if args.cuda:
+        return cuda_main(args.repeats)
+    available = sorted(os.sched_getaffinity(0))
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    import torch
+    print(f"bench_record at {commit}: torch {torch.__version__}, {len(available)} cores available, "
+          f"torch threads 1, {args.repeats} interleaved rounds; ratio = median [interquartile range of rounds]")
+    for n in (int(c) for c in args.cores.split(",")):
+        if n > len(available):
+            print(f"({n} cores requested, {len(available)} available: skipped)")
+            continue
+        report({n: run_child(available[:n], args.shapes, args.repeats, start=True)}, None)
+        sys.stdout.flush()
+    if not args.no_startup:
+        report({}, read_startup(args.repeats))
+
+
+if __name__ == "__main__":
+    main()
