@@ -11,6 +11,8 @@ The candidate is the reference plus 1e-3 relative noise, so every tensor is read
 (bit-identical pairs would be settled by the index hashes without reading data).
 
     python scripts/bench_compare.py [--gib 2] [--keep DIR]
+    python scripts/bench_compare.py --startup          # compare's start-up vs import h5py, numpy
+    python scripts/bench_compare.py --explain-bound    # explain on vs off on a 128 MiB culprit
 """
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ def _write_pair(root: str, name: str, sizes_mib: list[int], dtype: str) -> tuple
 
 _CHILD = r"""
 import json, resource, sys, time
-import torch, h5py, rich, inkling_probe
+import h5py, rich, inkling_probe
 from inkling_probe.compare import compare
 def rss(field):
     for line in open("/proc/self/status"):
@@ -60,21 +62,95 @@ t0 = time.perf_counter()
 for path in sys.argv[1:3]:  # read-only pass: the I/O and decode part alone (also warms the page cache)
     d = inkling_probe.open(path)
     for k in d.keys():
-        d.tensor(k)
+        d.array(k)
     d.close()
 read = time.perf_counter() - t0
 t0 = time.perf_counter()
-rep = compare(sys.argv[1], sys.argv[2], explain=False)
+rep = compare(sys.argv[1], sys.argv[2], explain=sys.argv[3:4] == ["explain"])
 dt = time.perf_counter() - t0
 print(json.dumps({"seconds": dt, "read_seconds": read, "rows": len(rep.rows), "diverged": rep.diverged,
-                  "base_rss": base, "peak_rss": rss("VmHWM:"),
+                  "base_rss": base, "peak_rss": rss("VmHWM:"), "torch": "torch" in sys.modules,
+                  "culprit": rep.culprit.key if rep.culprit else None,
+                  "findings": [f["hypothesis"] for f in (rep.culprit.findings if rep.culprit else [])],
                   "max_error": max(r.error or 0 for r in rep.rows)}))
 """
 
 
-def _measure(ref: str, cand: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", _CHILD, ref, cand], capture_output=True, text=True, check=True)
+def _measure(ref: str, cand: str, explain: bool = False) -> dict:
+    args = [sys.executable, "-c", _CHILD, ref, cand] + (["explain"] if explain else [])
+    out = subprocess.run(args, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _culprit_pair(root: str) -> tuple[str, str]:
+    """A 128 MiB fp32 culprit (x 1.05) between small exact tensors: what explain has to work on."""
+    import torch
+
+    import inkling_probe
+
+    gen = torch.Generator().manual_seed(0)
+    big = torch.randn(32768, 1024, generator=gen)  # [32768, 1024] fp32 = 128 MiB
+    small = [torch.randn(64, 64, generator=gen) for _ in range(4)]
+    paths = (os.path.join(root, "X-ref"), os.path.join(root, "X-cand"))
+    for which, path in zip(("ref", "cand"), paths):
+        with inkling_probe.recording(path):
+            inkling_probe.step()
+            inkling_probe.probe("layers.0.a", small[0])
+            inkling_probe.probe("layers.1.mlp.out", big if which == "ref" else big * 1.05)
+            for i, t in enumerate(small[1:]):
+                inkling_probe.probe(f"layers.{i + 2}.b", t)
+    return paths
+
+
+def explain_bound(root: str, repeats: int = 3) -> None:
+    """compare with explain on vs off on a 128 MiB culprit: time ratio and peak memory / the tensor."""
+    ref, cand = _culprit_pair(root)
+    largest = 128 * MIB
+    rows = []
+    for _ in range(repeats):  # interleaved, fresh processes
+        rows.append((_measure(ref, cand, False), _measure(ref, cand, True)))
+    off = sorted(r[0]["seconds"] for r in rows)[repeats // 2]
+    on = sorted(r[1]["seconds"] for r in rows)[repeats // 2]
+    grow_off = max(r[0]["peak_rss"] - r[0]["base_rss"] for r in rows)
+    grow_on = max(r[1]["peak_rss"] - r[1]["base_rss"] for r in rows)
+    last = rows[-1][1]
+    print(f"explain bound, 128 MiB fp32 culprit (x1.05), median of {repeats} interleaved fresh processes:")
+    print(f"  compare, explain off: {off:.2f} s, peak RSS - base {grow_off / MIB:.0f} MiB ({grow_off / largest:.2f}x the tensor)")
+    print(f"  compare, explain on : {on:.2f} s, peak RSS - base {grow_on / MIB:.0f} MiB ({grow_on / largest:.2f}x the tensor)")
+    print(f"  time ratio on/off {on / off:.2f} (target <= 2); memory {grow_on / largest:.2f}x the largest tensor "
+          f"(target <= 3); culprit {last['culprit']} findings {last['findings']}; torch imported: {last['torch']}")
+
+
+def startup(root: str, repeats: int = 7) -> None:
+    """Wall time of `inkling-probe compare` on two small dumps vs `python -c "import h5py, numpy"`."""
+    import torch
+
+    import inkling_probe
+
+    gen = torch.Generator().manual_seed(0)
+    ts = [torch.randn(16, 128, generator=gen) for _ in range(107)]
+    paths = []
+    for which in ("ref", "cand"):
+        path = os.path.join(root, f"S-{which}")
+        with inkling_probe.recording(path):
+            inkling_probe.step()
+            for i, t in enumerate(ts):
+                inkling_probe.probe(f"layers.{i // 16}.t{i % 16}", t if which == "ref" or i != 50 else t * 1.05)
+        paths.append(path)
+    cmds = {"python -c 'import h5py, numpy'": [sys.executable, "-c", "import h5py, numpy"],
+            "inkling-probe compare (107 keys, 1 culprit)": [sys.executable, "-m", "inkling_probe.cli", "compare", *paths],
+            "python -c 'import torch'": [sys.executable, "-c", "import torch"]}
+    times = {k: [] for k in cmds}
+    for _ in range(repeats):  # interleaved
+        for k, c in cmds.items():
+            t0 = time.perf_counter()
+            subprocess.run(c, capture_output=True, env={**os.environ, "COLUMNS": "120"})
+            times[k].append(time.perf_counter() - t0)
+    base = sorted(times["python -c 'import h5py, numpy'"])[repeats // 2]
+    print(f"start-up, wall, median of {repeats} interleaved runs:")
+    for k, v in times.items():
+        med = sorted(v)[repeats // 2]
+        print(f"  {k:45} {med:5.2f} s  ({med - base:+.2f} s vs import h5py, numpy)")
 
 
 def _dump_bytes(path: str) -> int:
@@ -85,9 +161,21 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gib", type=float, default=2.0, help="size of each dump of A and C (GiB)")
     ap.add_argument("--keep", default=None, help="write the dumps here and keep them")
+    ap.add_argument("--explain-bound", action="store_true", help="only: explain on vs off on a 128 MiB culprit")
+    ap.add_argument("--startup", action="store_true", help="only: compare's start-up vs import h5py, numpy")
     args = ap.parse_args(argv)
     root = args.keep or tempfile.mkdtemp(prefix="bench-compare-")
     os.makedirs(root, exist_ok=True)
+    if args.explain_bound or args.startup:
+        try:
+            if args.startup:
+                startup(root)
+            if args.explain_bound:
+                explain_bound(root)
+        finally:
+            if not args.keep:
+                shutil.rmtree(root, ignore_errors=True)
+        return
     n8 = int(args.gib * 1024 / 8)
     configs = {
         "A": ([8] * n8, "float32"),

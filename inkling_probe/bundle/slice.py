@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from dataclasses import dataclass, field
 
 from inkling_probe.store import schema
@@ -59,7 +60,8 @@ def write_slice(doc: dict, dumps: dict, path: str, window: int = 2, max_tensor_m
     os.makedirs(tmp_dir, exist_ok=False)
     meta = {"slice_of": {s: os.path.basename(os.path.normpath(d.path)) for s, d in dumps.items()},
             "culprits": [c["key"] for c in culprits(doc)]}
-    writer = SegmentWriter(tmp_dir, 0, 1, run_meta=json.dumps(meta, sort_keys=True), pack_kb=64)
+    writer = SegmentWriter(tmp_dir, 0, 1, run_id=uuid.uuid4().hex[:12], run_meta=json.dumps(meta, sort_keys=True),
+                           pack_kb=64)
     last_step = 0
     try:
         for seq, (side, key, step, call) in enumerate(wanted(doc, dumps, window)):

@@ -46,10 +46,12 @@ def diagnose_report(report: Report, dumps: dict, ents: dict, walker, limit: int,
     for k in sorted(missing):
         report.notes.append(f"--explain {k}: no such compared key")
     for row in targets(report, limit, keys):
-        findings = [f.to_dict() for f in explain_row(row, dumps, ents, walker, tp)]
+        pair = _pair(row, dumps, ents, walker)  # loaded once for every hypothesis of the row
+        findings = [f.to_dict() for f in explain_row(row, dumps, ents, walker, tp, pair)]
         findings += _inputs_exact(row, report)
         if row.diverged and row.against == "reference":
-            findings += _cross_key(row, dumps, ents, walker)
+            findings += _cross_key(row, dumps, ents, pair)
+        del pair
         row.findings = findings
         report.explanations.append({"key": row.key, "step": row.step, "call": row.call,
                                     "against": row.against, "findings": findings})
@@ -64,17 +66,20 @@ def _pair(row: Row, dumps: dict, ents: dict, walker) -> tuple | None:
         conf = conform(load(dumps[base], ref_e), load(dumps["candidate"], cand_e), ref_e.first, cand_e.first, *rows)
     except (ProbeError, ShapeMismatch, KeyError):
         return None
-    r, c = as_float64(conf.ref), as_float64(conf.cand)
+    # values in their stored type (explain computes float64 block by block): no full float64 copies
+    r = as_float64(conf.ref) if conf.ref.packed else np.asarray(conf.ref.array)
+    c = as_float64(conf.cand) if conf.cand.packed else np.asarray(conf.cand.array)
     masked = walker.masks.get(ident) if base == "reference" else None
     if masked and conf.token_dim is not None:
+        c = np.array(c, dtype=np.result_type(c, r))
         idx = [slice(None)] * c.ndim
         idx[conf.token_dim] = masked
         c[tuple(idx)] = r[tuple(idx)]
     return r, c, conf, ref_e
 
 
-def explain_row(row: Row, dumps: dict, ents: dict, walker, tp_sizes) -> list:
-    got = _pair(row, dumps, ents, walker)
+def explain_row(row: Row, dumps: dict, ents: dict, walker, tp_sizes, pair=None) -> list:
+    got = pair if pair is not None else _pair(row, dumps, ents, walker)
     if got is None:
         return []
     r, c, conf, ref_e = got
@@ -86,7 +91,7 @@ def explain_row(row: Row, dumps: dict, ents: dict, walker, tp_sizes) -> list:
 
 
 def call_explain(r: np.ndarray, c: np.ndarray, ctx: Context) -> list:
-    """explain() on float64 arrays (the context names the original dtypes)."""
+    """explain() on value arrays (the context names the original dtypes)."""
     return explain(r, c, ctx)
 
 
@@ -125,9 +130,8 @@ def _inputs_exact(row: Row, report: Report) -> list[dict]:
              "evidence": {"inputs": [r.key for r in ins], "worst_input_score": worst}}]
 
 
-def _cross_key(row: Row, dumps, ents, walker) -> list[dict]:
+def _cross_key(row: Row, dumps, ents, got) -> list[dict]:
     """The candidate's tensor equals the reference's at another key of the same step."""
-    got = _pair(row, dumps, ents, walker)
     if got is None:
         return []
     _, c, conf, ref_e = got
@@ -137,7 +141,8 @@ def _cross_key(row: Row, dumps, ents, walker) -> list[dict]:
     others.sort(key=lambda ke: abs(ke[1].seq - ref_e.seq))
     for k, e in others[:CROSS_KEY_LIMIT]:
         try:
-            other = as_float64(load(dumps["reference"], e)).reshape(c.shape)
+            v = load(dumps["reference"], e)
+            other = (as_float64(v) if v.packed else np.asarray(v.array)).reshape(c.shape)
         except (ProbeError, ValueError):
             continue
         m = compare_tensors(other, c)

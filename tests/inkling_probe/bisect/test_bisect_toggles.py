@@ -6,7 +6,7 @@ from inkling_probe.bisect.toggles import model_toggles, parse_flag
 
 def test_model_toggles_load_through_the_entry_point():
     found = {t.name: t for t in model_toggles("inkling_model")}
-    assert found["cuda_graph"].env == "INKLING_CUDA_GRAPH"
+    assert (found["cuda_graph"].env, found["cuda_graph"].good, found["cuda_graph"].bad) == ("INKLING_ENFORCE_EAGER", "1", "0")
     assert (found["allreduce"].good, found["allreduce"].bad) == ("nccl", "oneshot")
     assert found["nvfp4_experts"].env == precision.ENV
     assert {f"fault_{n}" for n in faults.FAULTS} <= set(found)
