@@ -19,6 +19,7 @@ from inkling_probe import settings as _settings
 from inkling_probe.errors import ProbeError
 
 _RECORDER = None
+_LAYOUT: dict = {}  # this step's layout meta (e.g. the attention-DP requests), merged into every probe
 ENV_ERROR: ProbeError | None = None  # a bad INKLING_PROBE_* found at import by the CLI process
 _UNCAUGHT = []  # set by the except hook: the program is dying of an exception
 
@@ -30,11 +31,12 @@ def probe(name, tensor, *, shard="replicated", dim=None, token_dim=0, **meta):
     rank holds it), ``"concat"`` (rank shards concatenate along ``dim``) or ``"partial"`` (the global
     value is the sum over ranks). ``token_dim`` is the dim a token slice applies to (None: the
     tensor has no token dim and is never sliced); ``meta`` keys
-    (JSON-able) are stored with the tensor.
+    (JSON-able) are stored with the tensor, after the step's layout (:func:`step`).
     """
     if _RECORDER is None:
         return
-    _RECORDER.record(name, tensor, shard=shard, dim=dim, token_dim=token_dim, meta=meta)
+    _RECORDER.record(name, tensor, shard=shard, dim=dim, token_dim=token_dim,
+                     meta={**_LAYOUT, **meta} if _LAYOUT else meta)
 
 
 def enabled() -> bool:
@@ -42,9 +44,15 @@ def enabled() -> bool:
     return _RECORDER is not None
 
 
-def step() -> None:
-    """Mark the start of the next forward (prefill or decode step); the step id of what follows."""
+def step(**layout) -> None:
+    """Mark the start of the next forward (prefill or decode step); the step id of what follows.
+
+    ``layout`` is stored with every tensor of the step, e.g. attention-DP's ``dp_rank``, ``dp_size``
+    and ``requests`` (``[[request id, token rows], ...]`` in row order; docs/MODEL.md).
+    """
+    global _LAYOUT
     if _RECORDER is not None:
+        _LAYOUT = layout
         _RECORDER.next_step()
 
 
@@ -67,8 +75,8 @@ def start(settings, early_writer: bool = True) -> None:
 def stop(interrupted: bool = False) -> None:
     """Close the active recorder, completing its last segment (``interrupted``: the current step
     did not finish, so it is not marked complete)."""
-    global _RECORDER
-    recorder, _RECORDER = _RECORDER, None
+    global _RECORDER, _LAYOUT
+    recorder, _RECORDER, _LAYOUT = _RECORDER, None, {}
     if recorder is not None:
         recorder.close(interrupted=interrupted)
 

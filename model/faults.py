@@ -41,6 +41,13 @@ def _first_moe_layer(config) -> int:
     raise ValueError("config has no MoE layer")
 
 
+def _first_dense_layer(config) -> int:
+    for i in range(config.num_hidden_layers):
+        if not config.is_moe(i):
+            return i
+    raise ValueError("config has no dense MLP layer")
+
+
 RENORM_LAYER = 1
 RENORM_ROWS = (2, 5)
 
@@ -70,6 +77,24 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
           "Born at the first all-reduce of a 1-request decode step: layers.0.attn.o_proj at TP=1 "
           "(embed at TP>1, where the embedding all-reduces first), step 1 (the first decode step).",
           lambda c: "layers.0.attn.o_proj"),
+    Fault("adp_global_tp_size", "model/layers/attention.py (attention)",
+          "Under attention-DP the attention kernel is sized by the global tp_size (the world) instead of "
+          "the attention group's: it computes only total_heads / world of this rank's heads and the "
+          "output buffer's other heads stay zero. No effect without attention-DP. Born at the first "
+          "layer's attention output before o_proj (layers.0.attn.out); q, k, v, r are intact.",
+          lambda c: "layers.0.attn.out"),
+    Fault("adp_dense_allreduce", "model/layers/mlp.py (dense MLP)",
+          "Under attention-DP the dense MLP reduces its partial sums over the world (rows padded to "
+          "the longest group) instead of over the attention group: each token row gets the partial "
+          "sums of other requests' rows added. No effect without attention-DP. Born at the first "
+          "dense layer's MLP output (layers.0.mlp.out for tiny).",
+          lambda c: f"layers.{_first_dense_layer(c)}.mlp.out"),
+    Fault("no_config_eos", "model/generate.py (resolve_eos)",
+          "End-of-sequence resolution skips config.json (as in the bring-up, where the end id lived only "
+          "there): with no explicit, tokenizer or generation_config.json id, generation runs to "
+          "max_new_tokens, emitting the end id without stopping. No tensor differs; the location is the "
+          "generation's finish (found by `inkling-probe health`: eos emitted but not honoured, runaway).",
+          lambda c: "generate.resolve_eos"),
 )}
 
 _context: list[frozenset[str]] = []

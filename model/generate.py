@@ -16,7 +16,10 @@ from pathlib import Path
 
 import torch
 
+from inkling_model import faults
 from inkling_model.layers.context import ForwardContext
+
+PAD_REQUEST = -1  # the request id of an idle attention-DP group's one-token padding forward
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,8 @@ def resolve_eos(explicit=None, tokenizer=None, ckpt_dir=None, config=None) -> Eo
         candidates.append((_json_eos(Path(ckpt_dir) / "config.json"), "config.json"))
     elif config is not None:
         candidates.append((config.eos_token_id, "config.json"))
+    if faults.is_active("no_config_eos"):  # planted: the config.json fallback switched off
+        candidates = [c for c in candidates if c[1] != "config.json"]
     for value, source in candidates:
         eos = _as_eos(value, source)
         if eos is not None:
@@ -96,29 +101,69 @@ def take_tokens(results: list[Generation], active: list[int], tokens: list[int],
     return [r for r in still if len(results[r].tokens) < max_new_tokens]
 
 
+def _pad_forward(model) -> None:
+    """One token of a throwaway request: an idle attention-DP group keeps the collectives in step."""
+    model(torch.zeros(1, dtype=torch.long, device=next(model.parameters()).device),
+          ForwardContext([1], [model.new_cache()], [PAD_REQUEST]), last_only=True)
+
+
+def _any_active(model, active: list[int]) -> bool:
+    """Whether any request is still decoding: this rank's, or under attention-DP any group's."""
+    if model.tp.dp_size == 1:
+        return bool(active)
+    n = model.tp.world.all_reduce(torch.tensor([len(active)]))
+    return int(n.item()) > 0
+
+
+@torch.no_grad()
+def prefill(model, prompts: list[list[int]], request_ids: list[int] | None = None) -> torch.Tensor | None:
+    """One forward over every prompt (attention-DP: this group's, a padding request when it has none);
+    returns the logits [T, V] (None for padding)."""
+    if not prompts:
+        _pad_forward(model)
+        return None
+    device = next(model.parameters()).device
+    ids = torch.tensor([t for p in prompts for t in p], device=device)
+    return model(ids, ForwardContext([len(p) for p in prompts], None, request_ids))
+
+
 @torch.no_grad()
 def generate(model, prompts: list[list[int]], max_new_tokens: int, eos: Eos | None = None,
-             temperature: float = 0.0, top_k: int | None = None, seed: int = 0) -> list[Generation]:
+             temperature: float = 0.0, top_k: int | None = None, seed: int = 0,
+             request_ids: list[int] | None = None, on_step=None) -> list[Generation]:
     """Greedy (``temperature=0``) or sampled decode of every prompt; ``eos`` from :func:`resolve_eos`.
 
     Under tensor parallelism every rank calls this with the same prompts and seed and gets the same
     tokens (logits are replicated; sampling uses a generator seeded identically on every rank).
+    Under attention-DP each group passes its own prompts (possibly none) and their global
+    ``request_ids``; the groups step together, an idle one running a padding request. Sampled tokens
+    then differ from a DP=1 run (each group draws from its own generator); greedy ones don't.
+    ``on_step(i, logits [V])`` sees the logits each step's token of prompt i is picked from.
     """
-    if not prompts or any(len(p) == 0 for p in prompts):
+    if (not prompts and model.tp.dp_size == 1) or any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt needs at least one token")
     eos = eos if eos is not None else Eos(None)
     gen = torch.Generator().manual_seed(seed) if temperature else None
     device = next(model.parameters()).device
+    ids_of = list(request_ids) if request_ids is not None else list(range(len(prompts)))
     results = [Generation() for _ in prompts]
     caches = [model.new_cache() for _ in prompts]
     active = list(range(len(prompts)))
     ids = torch.tensor([t for p in prompts for t in p], device=device)
-    ctx = ForwardContext([len(p) for p in prompts], caches)
+    ctx = ForwardContext([len(p) for p in prompts], caches, ids_of)
     for _ in range(max_new_tokens):
-        nxt = _pick(model(ids, ctx, last_only=True), temperature, top_k, gen).tolist()  # [R]
-        active = take_tokens(results, active, nxt, eos, max_new_tokens)
-        if not active:
+        if active:
+            logits = model(ids, ctx, last_only=True)  # [R, V]
+            nxt = _pick(logits, temperature, top_k, gen).tolist()  # [R]
+            if on_step is not None:
+                for row, r in enumerate(active):
+                    on_step(r, logits[row])
+            active = take_tokens(results, active, nxt, eos, max_new_tokens)
+        else:
+            _pad_forward(model)
+        if not _any_active(model, active):
             break
         ids = torch.tensor([results[r].tokens[-1] for r in active], device=device)
-        ctx = ForwardContext([1] * len(active), [caches[r] for r in active])
+        ctx = ForwardContext([1] * len(active), [caches[r] for r in active], [ids_of[r] for r in active])
     return results
+

@@ -65,8 +65,8 @@ class InklingForCausalLM(nn.Module):
         ``last_only``: only each request's last token ([num_requests, V]), as decode needs.
         Advances the requests' caches past these tokens.
         """
-        inkling_probe.step()
         ctx = ctx or ForwardContext.single(input_ids.shape[0])
+        inkling_probe.step(**self.probe_layout(ctx))
         if input_ids.dim() != 1 or input_ids.shape[0] != ctx.num_tokens:
             raise ValueError(f"input_ids must be [T] with T = {ctx.num_tokens}, got {tuple(input_ids.shape)}")
         h = self.embed_norm(self.embed(input_ids))  # [T, H]
@@ -89,6 +89,14 @@ class InklingForCausalLM(nn.Module):
         """The head: ``[n, H] -> [n, V]`` (muP width multiplier, padded rows cut)."""
         logits = self.unembed(h / self.config.logits_mup_width_multiplier)  # [n, V_padded]
         return logits[:, : self.config.logits_vocab_size]
+
+    def probe_layout(self, ctx: ForwardContext) -> dict:
+        """The DP layout every probe of this forward declares (nothing without attention-DP)."""
+        if self.tp.dp_size == 1:
+            return {}
+        ids = ctx.request_ids
+        return {"dp_rank": self.tp.dp_peers.rank, "dp_size": self.tp.dp_size,
+                "requests": None if ids is None else [[i, n] for i, n in zip(ids, ctx.seq_lens)]}
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], strict: bool = True) -> set[str]:
         """Load (name, FULL tensor) pairs through each parameter's weight_loader; returns the names.

@@ -23,6 +23,9 @@ BUILTIN = {
     "report": "inkling_probe.cli.report:command",
     "extract": "inkling_probe.cli.extract:command",
     "bisect": "inkling_probe.cli.bisect:command",
+    "paired": "inkling_probe.cli.paired:command",
+    "health": "inkling_probe.cli.health:command",
+    "parity": "inkling_probe.cli.parity:command",
 }
 ENTRY_POINT_GROUP = "inkling_probe.commands"
 

@@ -8,6 +8,7 @@ import h5py
 import numpy as np
 
 from inkling_probe.errors import DumpError, KeyNotFound, RanksMissing, ValuesNotStored
+from inkling_probe.store import dp
 from inkling_probe.store.segments import (Segment, first_line, one_run, open_segment, read_segment,
                                            safe_dataset, segment_files)
 
@@ -30,10 +31,12 @@ def as_dump(d) -> "Dump | None":
 class Dump:
     """A recorded run: the index of every rank's segments, tensors read on demand.
 
-    Listing reads only the index datasets (kilobytes), never tensor data.
+    Listing reads only the index datasets (kilobytes), never tensor data. An attention-DP dump is
+    presented in the DP=1 layout (store/dp.py: ranks are attention-group ranks, requests in id
+    order); ``dp_raw=True`` keeps every rank's own rows.
     """
 
-    def __init__(self, path):
+    def __init__(self, path, dp_raw: bool = False):
         self.path = os.fspath(path)
         files, self.unfinished = segment_files(self.path)
         self.segments: list[Segment] = []
@@ -42,9 +45,11 @@ class Dump:
             seg, seg_rows = read_segment(f)
             self.segments.append(seg)
             rows.extend({**r, "_segment": len(self.segments) - 1} for r in seg_rows)
-        self.world_size = one_run(self.path, self.segments)
+        world = one_run(self.path, self.segments)
         self.run_id = self.segments[0].run_id
-        self.ranks = sorted({s.rank for s in self.segments})
+        rows, self.dp_size, attn_size = (rows, 1, None) if dp_raw else dp.global_rows(rows)
+        self.world_size = attn_size or world
+        self.ranks = list(range(attn_size)) if attn_size else sorted({s.rank for s in self.segments})
         rows.sort(key=lambda r: (r["step"], r["seq"], r["rank"]))
         self._rows = rows
         self._by_key: dict[str, list[dict]] = defaultdict(list)
@@ -57,7 +62,7 @@ class Dump:
     @property
     def index(self) -> list[dict]:
         """Every index row (one per tensor per rank), in execution order (step, seq, rank)."""
-        return [{k: v for k, v in r.items() if k != "_segment"} for r in self._rows]
+        return [{k: v for k, v in r.items() if not k.startswith("_")} for r in self._rows]
 
     def keys(self) -> list[str]:
         """Keys in first-execution order."""
@@ -144,6 +149,8 @@ class Dump:
         return _round_to(total, rows[0]["dtype"], parts[0].dtype)
 
     def _load_array(self, row: dict) -> np.ndarray:
+        if dp.is_merged(row):
+            return dp.load(self.path, row, self._load_array)
         if not row["dataset"]:
             raise ValuesNotStored(f"{self.path}: key {row['key']!r} step {row['step']} holds stats only "
                             "(recorded with INKLING_PROBE_MODE=stats or hash)")

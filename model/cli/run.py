@@ -103,41 +103,55 @@ def _dtype(name: str):
     return {"fp32": torch.float32, "bf16": torch.bfloat16}[name]
 
 
-def native_rank(rank: int, world: int, ckpt: str, dtype: str, ids: list[int], max_new: int,
-                eos, dump: str, gen: dict) -> dict:
-    """One rank of a native run: load, then prefill (+ decode) with recording on."""
+def native_rank(rank: int, world: int, ckpt: str, dtype: str, prompts: list[list[int]], max_new: int,
+                eos, dump: str | None, gen: dict) -> dict:
+    """One rank of a native run: load, then prefill (+ decode) with recording on.
+
+    ``prompts``: a list of prompts (one flat list of ids: one prompt). ``gen["dp"]`` (default 1)
+    attention-DP groups: group g serves requests g, g + dp, ... Returns
+    ``{"responses": [{"id", "tokens", "finish_reason", "steps"}, ...]}`` for this rank's requests.
+    """
+    import contextlib
+
     import torch
 
     import inkling_probe
     from inkling_model import parallel
     from inkling_model.checkpoint import CheckpointError
     from inkling_model.config import InklingConfig
-    from inkling_model.generate import generate
+    from inkling_model.genlog import StepLog
+    from inkling_model.generate import generate, prefill
     from inkling_model.model import InklingForCausalLM
     from inkling_model.weights import load_checkpoint
 
+    gen = dict(gen)
+    prompts = [prompts] if prompts and isinstance(prompts[0], int) else prompts
     config = InklingConfig.from_pretrained(ckpt)
     cuda_graph, enforce_eager = gen.pop("cuda_graph", False), gen.pop("enforce_eager", False)
-    model = InklingForCausalLM(config, parallel.init(expert_parallel=gen.pop("expert_parallel")), _dtype(dtype))
+    tp = parallel.init(dp_size=gen.pop("dp", 1), expert_parallel=gen.pop("expert_parallel", False))
+    model = InklingForCausalLM(config, tp, _dtype(dtype))
     try:
         load_checkpoint(model, ckpt, config)
     except CheckpointError as e:
         return {"error": str(e)}
-    device = "cuda" if cuda_graph else "cpu"
-    model.to(device)
-    with inkling_probe.recording(dump), torch.no_grad():
+    model.to("cuda" if cuda_graph else "cpu")
+    mine = list(range(tp.dp_peers.rank, len(prompts), tp.dp_size))
+    steps = StepLog(len(mine))
+    with inkling_probe.recording(dump) if dump else contextlib.nullcontext(), torch.no_grad():
         if max_new == 0:
-            model(torch.tensor(ids, device=device))
-            return {"tokens": [], "finish_reason": "prefill only"}
-        if cuda_graph or enforce_eager:  # the decode runtime: static pool, graphs unless enforce_eager
+            prefill(model, [prompts[i] for i in mine], mine)
+            return {"responses": [{"id": i, "tokens": [], "finish_reason": "prefill only", "steps": []}
+                                  for i in mine]}
+        if cuda_graph or enforce_eager:  # the decode runtime: static pool, graphs unless enforce_eager (one request)
             from inkling_model.runtime import Runtime
 
-            rt = Runtime(model, max_batch=1, max_len=len(ids) + max_new + 1, cuda_graph=cuda_graph,
+            rt = Runtime(model, max_batch=1, max_len=len(prompts[0]) + max_new + 1, cuda_graph=cuda_graph,
                          enforce_eager=enforce_eager)
-            out = rt.generate([ids], max_new, eos, **gen)[0]
+            out = rt.generate(prompts[:1], max_new, eos, **gen)
         else:
-            out = generate(model, [ids], max_new, eos, **gen)[0]
-    return {"tokens": out.tokens, "finish_reason": out.finish_reason}
+            out = generate(model, [prompts[i] for i in mine], max_new, eos, request_ids=mine, on_step=steps, **gen)
+    return {"responses": [{"id": i, "tokens": o.tokens, "finish_reason": o.finish_reason, "steps": steps.of(k)}
+                          for k, (i, o) in enumerate(zip(mine, out))]}
 
 
 def hf_run(ckpt: str, dtype: str, ids: list[int], max_new: int, eos, dump: str, gen: dict) -> dict:
@@ -171,15 +185,25 @@ def hf_run(ckpt: str, dtype: str, ids: list[int], max_new: int, eos, dump: str, 
     return {"tokens": tokens, "finish_reason": reason}
 
 
-def _run(impl, ckpt, tp, dtype, ids, max_new, eos, dump, gen) -> dict:
+def _run(impl, ckpt, tp, dp, dtype, prompts, max_new, eos, dump, gen) -> list[dict]:
+    """Every request's response, in request order (or one ``{"error": ...}``)."""
     if impl == "hf":
-        return hf_run(ckpt, dtype, ids, max_new, eos, dump, gen)
-    if tp == 1:
-        return native_rank(0, 1, ckpt, dtype, ids, max_new, eos, dump, gen)
-    from inkling_model.parallel import spawn
+        out = hf_run(ckpt, dtype, prompts[0], max_new, eos, dump, gen)
+        return [out if "error" in out else {"id": 0, "steps": [], **out}]
+    if tp * dp == 1:
+        results = [native_rank(0, 1, ckpt, dtype, prompts, max_new, eos, dump, gen)]
+    else:
+        from inkling_model.parallel import spawn
 
-    results = spawn(native_rank, tp, ckpt, dtype, ids, max_new, eos, dump, gen)
-    return results[0]
+        results = spawn(native_rank, tp * dp, ckpt, dtype, prompts, max_new, eos, dump, gen)
+    errors = [r for r in results if "error" in r]
+    if errors:
+        return errors[:1]
+    by_id = {}
+    for r in results:
+        for resp in r["responses"]:
+            by_id.setdefault(resp["id"], resp)
+    return [by_id[i] for i in sorted(by_id)]
 
 
 @click.command("run")
@@ -189,8 +213,11 @@ def _run(impl, ckpt, tp, dtype, ids, max_new, eos, dump, gen) -> dict:
 @click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel ranks (spawned, gloo).")
 @click.option("--expert-parallel", is_flag=True, help="Split whole routed experts over the ranks.")
 @click.option("--dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True)
-@click.option("--tokens", metavar="IDS", help="Prompt token ids, comma-separated (e.g. 1,2,3).")
+@click.option("--tokens", metavar="IDS", multiple=True,
+              help="Prompt token ids, comma-separated (e.g. 1,2,3); repeat for several requests.")
 @click.option("--prompt", metavar="TEXT", help="Prompt text (needs a tokenizer in --ckpt).")
+@click.option("--dp", type=int, default=1, show_default=True,
+              help="Attention-DP groups (world = dp x tp ranks): group g serves requests g, g+dp, ...")
 @click.option("--max-new-tokens", type=click.IntRange(min=0), default=0, show_default=True,
               help="Tokens to generate after the prefill (0: prefill only).")
 @click.option("--temperature", type=click.FloatRange(min=0), default=0.0, show_default=True,
@@ -199,7 +226,8 @@ def _run(impl, ckpt, tp, dtype, ids, max_new, eos, dump, gen) -> dict:
 @click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")
 @click.option("--eos", metavar="IDS", help="End id (then stop ids), overriding tokenizer/generation_config/config.")
 @click.option("--fault", multiple=True, metavar="NAME",
-              help="Plant a known bug (repeatable; env INKLING_FAULT). Names: raw_input_amax, gate_up_layout, renorm_rows, capture_unsafe_allreduce.")
+              help="Plant a known bug (repeatable; env INKLING_FAULT). Names: raw_input_amax, gate_up_layout, "
+                   "renorm_rows, capture_unsafe_allreduce, adp_global_tp_size, adp_dense_allreduce, no_config_eos.")
 @click.option("--cuda-graph", is_flag=True, envvar="INKLING_CUDA_GRAPH", show_envvar=True,
               help="Decode through the runtime (static KV pool) with CUDA graphs, on the GPU; probes record "
                    "inside the graphs.")
@@ -208,25 +236,79 @@ def _run(impl, ckpt, tp, dtype, ids, max_new, eos, dump, gen) -> dict:
 @click.option("--allreduce", "allreduce_spec", metavar="SPEC", envvar="INKLING_ALLREDUCE", show_envvar=True,
               help="All-reduce strategy: nccl|oneshot|auto, then optional GLOB=STRATEGY rules per module "
                    "(e.g. 'nccl,layers.*.attn.o_proj=oneshot').")
-@click.option("--dump", required=True, type=click.Path(), help="Dump directory to record into (must not exist).")
-def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, max_new_tokens, temperature, top_k, seed,
-            eos, fault, cuda_graph, enforce_eager, allreduce_spec, dump):
+@click.option("--dump", type=click.Path(), help="Dump directory to record into (must not exist).")
+@click.option("--gen-log", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write one JSON line per response (ids, finish reason, per-step top logits) for `health`.")
+def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, dp, max_new_tokens, temperature, top_k, seed,
+            eos, fault, cuda_graph, enforce_eager, allreduce_spec, dump, gen_log):
     """Run the model on a checkpoint with recording on; prints the generated tokens."""
     ckpt_dir = Path(ckpt)
     config = _config(ckpt_dir)
-    if (tokens is None) == (prompt is None):
+    if bool(tokens) == (prompt is not None):
         raise BadInput("pass exactly one of --tokens and --prompt")
     tokenizer = _tokenizer(ckpt_dir) if prompt is not None else None
-    ids = _parse_ids(tokens, "--tokens") if tokens is not None else tokenizer(prompt)["input_ids"]
-    bad = [t for t in ids if not 0 <= t < config.vocab_size]
+    prompts = [_parse_ids(t, "--tokens") for t in tokens] if tokens else [tokenizer(prompt)["input_ids"]]
+    bad = [t for ids in prompts for t in ids if not 0 <= t < config.vocab_size]
     if bad:
         raise BadInput(f"--tokens: id {bad[0]} is outside the vocabulary [0, {config.vocab_size})")
-    _check_tp(config, tp, impl)
+    _check_parallel(config, tp, dp, impl, len(prompts))
     fault_text = _faults(fault, impl)
     _check_runtime(config, impl, tp, cuda_graph, enforce_eager)
+    if (cuda_graph or enforce_eager) and (dp > 1 or len(prompts) > 1):
+        raise BadInput("--cuda-graph/--enforce-eager decode one request: pass --tokens once, without --dp")
     _check_allreduce(allreduce_spec or "")
-    if Path(dump).exists():
+    _check_outputs(dump, gen_log, impl)
+    env = {"INKLING_FAULT": fault_text, "INKLING_ALLREDUCE": allreduce_spec or ""}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # spawned ranks inherit them
+    try:
+        eos_spec = _resolve_eos(eos, tokenizer, ckpt_dir)
+        gen = dict(temperature=temperature, top_k=top_k, seed=seed)
+        if impl == "native":
+            gen.update(expert_parallel=expert_parallel, dp=dp, cuda_graph=cuda_graph, enforce_eager=enforce_eager)
+        responses = _run(impl, str(ckpt_dir), tp, dp, dtype, prompts, max_new_tokens, eos_spec, dump, gen)
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    if "error" in responses[0]:
+        raise BadInput(responses[0]["error"])
+    _report(impl, tp, dp, dtype, prompts, eos_spec, fault_text, responses, dump)
+    if gen_log:
+        from inkling_model import genlog
+
+        genlog.write(gen_log, prompts, responses, max_new_tokens, eos_spec)
+        click.echo(f"gen-log: {gen_log}")
+
+
+def _check_parallel(config, tp: int, dp: int, impl: str, n_requests: int) -> None:
+    _check_tp(config, tp, impl)
+    if dp < 1:
+        raise BadInput(f"--dp {dp}: must be >= 1")
+    if dp > 1 and impl != "native":
+        raise BadInput("--dp runs inkling_model's attention-DP; it needs --impl native")
+    if impl == "hf" and n_requests > 1:
+        raise BadInput("--impl hf runs one request; pass --tokens once")
+    from inkling_model.model import check_parallel
+
+    try:
+        check_parallel(config, tp, tp * dp)
+    except ValueError as e:
+        raise BadInput(f"--dp {dp} --tp {tp}: {e}") from None
+
+
+def _check_outputs(dump, gen_log, impl: str) -> None:
+    if dump is None and (gen_log is None or impl == "hf"):
+        raise BadInput("pass --dump DIR" + (" (--impl hf records a dump)" if impl == "hf" else " or --gen-log FILE"))
+    if dump is not None and Path(dump).exists():
         raise BadInput(f"--dump {dump}: already exists; choose a new directory")
+    if gen_log is not None and not Path(gen_log).resolve().parent.is_dir():
+        raise BadInput(f"--gen-log {gen_log}: no such directory")
+
+
+def _resolve_eos(eos, tokenizer, ckpt_dir):
     import warnings
 
     from inkling_model.generate import resolve_eos
@@ -236,23 +318,15 @@ def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, max_new_toke
         eos_spec = resolve_eos(_parse_ids(eos, "--eos") if eos else None, tokenizer, ckpt_dir)
     for w in caught:
         click.echo(f"warning: {w.message}", err=True)
-    gen = dict(temperature=temperature, top_k=top_k, seed=seed)
-    if impl == "native":
-        gen.update(expert_parallel=expert_parallel, cuda_graph=cuda_graph, enforce_eager=enforce_eager)
-    env = {"INKLING_FAULT": fault_text, "INKLING_ALLREDUCE": allreduce_spec or ""}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # spawned ranks inherit them
-    try:
-        result = _run(impl, str(ckpt_dir), tp, dtype, ids, max_new_tokens, eos_spec, dump, gen)
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    if "error" in result:
-        raise BadInput(result["error"])
-    click.echo(f"impl={impl} tp={tp} dtype={dtype} prompt={len(ids)} tokens, eos {eos_spec.end_id} "
-               f"(from {eos_spec.source}){', faults ' + fault_text if fault_text else ''}")
-    click.echo(f"generated: {','.join(map(str, result['tokens'])) or '-'} ({result['finish_reason']})")
-    click.echo(f"dump: {dump}")
+    return eos_spec
+
+
+def _report(impl, tp, dp, dtype, prompts, eos_spec, fault_text, responses, dump) -> None:
+    lengths = "+".join(str(len(p)) for p in prompts)
+    click.echo(f"impl={impl} tp={tp}{f' dp={dp}' if dp > 1 else ''} dtype={dtype} prompt={lengths} tokens, "
+               f"eos {eos_spec.end_id} (from {eos_spec.source}){', faults ' + fault_text if fault_text else ''}")
+    for r in responses:
+        label = "generated:" if len(responses) == 1 else f"generated[{r['id']}]:"
+        click.echo(f"{label} {','.join(map(str, r['tokens'])) or '-'} ({r['finish_reason']})")
+    if dump:
+        click.echo(f"dump: {dump}")

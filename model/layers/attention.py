@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 import inkling_probe
+from inkling_model import faults
 from inkling_model.layers.context import ForwardContext
 from inkling_model.layers.conv import ShortConv
 from inkling_model.layers.linear import ColumnParallelLinear, RowParallelLinear
@@ -42,7 +43,7 @@ class Attention(nn.Module):
 
     def __init__(self, config, layer_idx: int, tp: Parallel):
         super().__init__()
-        g = tp.attn
+        g, self.tp = tp.attn, tp
         self.layer_idx, self.prefix = layer_idx, f"layers.{layer_idx}.attn"
         self.total_num_heads, self.total_num_kv_heads, self.head_dim, extent, self.window = config.attn_dims(layer_idx)
         if self.total_num_kv_heads % g.size:
@@ -83,6 +84,8 @@ class Attention(nn.Module):
         else:
             segs = zip(q.split(ctx.seq_lens), k.split(ctx.seq_lens), v.split(ctx.seq_lens), r.split(ctx.seq_lens))
             out = torch.cat([self._request(i, *s, ctx) for i, s in enumerate(segs)])  # [T, nh, hd]
+        if self.tp.dp_size > 1 and faults.is_active("adp_global_tp_size"):
+            out[:, divide(self.total_num_heads, self.tp.world.size):] = 0  # heads the kernel never wrote
         out = out.reshape(T, self.num_heads * self.head_dim)  # [T, nh*hd]
         inkling_probe.probe(f"{p}.out", out, shard="concat", dim=1)
         o = self.wo_ud(out, reduce=False)  # [T, H] partial
@@ -102,7 +105,7 @@ class Attention(nn.Module):
         q_pos = torch.arange(tq, device=q.device) + start  # [tq]
         k_pos = torch.arange(k.shape[0], device=q.device) + (start + tq - k.shape[0])  # [tk]
         bias = self.rel_logits_proj(r, q_pos, k_pos)  # [nh, tq, tk]
-        if len(ctx.seq_lens) == 1 and inkling_probe.enabled():
+        if len(ctx.seq_lens) == 1 and self.tp.dp_size == 1 and inkling_probe.enabled():
             inkling_probe.probe(f"{self.prefix}.scores_bias", bias, shard="concat", dim=0, token_dim=1)
         q = q.transpose(0, 1)  # [nh, tq, hd]
         if self.log_floor is not None:

@@ -44,14 +44,18 @@ class RequestCache:
 
 @dataclass
 class ForwardContext:
-    """Metadata of one forward: tokens per request and their caches (None: no cache, start at 0)."""
+    """Metadata of one forward: tokens per request, their caches (None: no cache, start at 0) and
+    their global request ids (attention-DP: what the probes declare; -1 marks a padding request)."""
 
     seq_lens: list[int]
     caches: list[RequestCache] | None = None
+    request_ids: list[int] | None = None
 
     def __post_init__(self):
         if self.caches is not None and len(self.caches) != len(self.seq_lens):
             raise ValueError(f"{len(self.caches)} caches for {len(self.seq_lens)} requests")
+        if self.request_ids is not None and len(self.request_ids) != len(self.seq_lens):
+            raise ValueError(f"{len(self.request_ids)} request ids for {len(self.seq_lens)} requests")
 
     @classmethod
     def single(cls, num_tokens: int) -> "ForwardContext":

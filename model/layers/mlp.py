@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import inkling_probe
+from inkling_model import faults
 from inkling_model.layers.linear import ColumnParallelLinear, RowParallelLinear
 from inkling_model.layers.loading import make_param, replicated_loader
 from inkling_model.parallel import Parallel
@@ -23,13 +24,26 @@ class DenseMLP(nn.Module):
     def __init__(self, config, layer_idx: int, tp: Parallel):
         super().__init__()
         g, h, inter = tp.attn, config.hidden_size, config.intermediate_size
-        self.prefix = f"layers.{layer_idx}.mlp"
+        self.tp, self.prefix = tp, f"layers.{layer_idx}.mlp"
         self.w13_dn = ColumnParallelLinear(h, 2 * inter, g)
         self.w2_md = RowParallelLinear(inter, h, g, name=f"{self.prefix}.out")
         self.global_scale = make_param((1,), replicated_loader)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.w2_md(swiglu_interleaved(self.w13_dn(x)))  # [T, H]
+        y = self.w2_md(swiglu_interleaved(self.w13_dn(x)), reduce=False)  # [T, H] partial
+        if self.tp.dp_size > 1 and faults.is_active("adp_dense_allreduce"):
+            y = _reduce_over_world(y, self.tp)
+        else:
+            y = self.w2_md.reduce(y)
         y = y * self.global_scale
         inkling_probe.probe(f"{self.prefix}.out", y)
         return y
+
+
+def _reduce_over_world(y: torch.Tensor, tp: Parallel) -> torch.Tensor:
+    """Planted fault ``adp_dense_allreduce``: rows padded to the longest DP group, summed over every
+    rank (other requests' rows included), own rows kept."""
+    n = y.shape[0]
+    longest = max(tp.dp_peers.all_gather_sizes(n))
+    padded = F.pad(y, (0, 0, 0, longest - n))  # [Tmax, H]
+    return tp.world.all_reduce(padded)[:n]

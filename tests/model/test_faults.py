@@ -22,7 +22,8 @@ def test_env_and_context(monkeypatch):
 
 
 def test_unknown_names(monkeypatch):
-    with pytest.raises(ValueError, match=r"unknown fault 'nope' \(known: raw_input_amax, gate_up_layout, renorm_rows, capture_unsafe_allreduce\)"):
+    with pytest.raises(ValueError, match=r"unknown fault 'nope' \(known: raw_input_amax, gate_up_layout, renorm_rows, "
+                       r"capture_unsafe_allreduce, adp_global_tp_size, adp_dense_allreduce, no_config_eos\)"):
         faults.is_active("nope")
     with pytest.raises(ValueError, match="unknown fault 'typo'"):
         with faults.activate("renorm_rows,typo"):
@@ -38,4 +39,7 @@ def test_locations():
     assert faults.location("gate_up_layout", cfg) == "layers.2.mlp.experts"
     assert faults.location("renorm_rows", cfg) == "layers.1.attn_norm"
     assert faults.location("raw_input_amax", InklingConfig.preset("tiny", quant_first_layer=4)) == "layers.4.mlp.experts"
+    assert faults.location("adp_global_tp_size", cfg) == "layers.0.attn.out"
+    assert faults.location("adp_dense_allreduce", cfg) == "layers.0.mlp.out"
+    assert faults.location("no_config_eos", cfg) == "generate.resolve_eos"
     assert all(f.doc and f.carrier for f in faults.FAULTS.values())

@@ -1,0 +1,48 @@
+"""``inkling-probe health``: end-of-sequence, runaway, collapse and non-finite logits in a gen-log."""
+from __future__ import annotations
+
+import click
+
+from inkling_probe.cli.common import console
+from inkling_probe.cli.eval_output import conclude
+
+
+@click.command("health")
+@click.argument("gen_log", type=click.Path())
+@click.option("--eos", "eos", type=int, multiple=True, metavar="ID",
+              help="End-of-sequence id (repeatable), added to the ids the gen-log names.")
+@click.option("--max-run", type=click.IntRange(min=2), default=8, show_default=True,
+              help="Collapse: this many equal tokens in a row.")
+@click.option("--ngram", type=click.IntRange(min=1), default=4, show_default=True, help="n of the repetition rate.")
+@click.option("--max-repeat", type=click.FloatRange(0, 1), default=0.5, show_default=True,
+              help="Collapse: this share of n-grams repeating an earlier one.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def command(ctx, gen_log, eos, max_run, ngram, max_repeat, as_json):
+    """Check every response of GEN_LOG (JSON lines from `run --gen-log`): finish reason, end ids emitted
+    but not honoured, runaway to the token cap, collapse, non-finite logits. Exit 1 when any response
+    is unhealthy, 2 on bad input."""
+    from inkling_probe.evals import health
+
+    conclude(ctx, lambda: health.summarize(gen_log, list(eos), health.Limits(max_run, ngram, max_repeat)),
+             as_json, _print, lambda summary: bool(summary.unhealthy))
+
+
+def _print(summary) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    d = summary.to_dict()
+    out = console()
+    mix = ", ".join(f"{k} {v}" for k, v in d["finish_reasons"].items())
+    out.print(f"{escape(summary.path)}: {d['n']} responses ({mix}); [{'red' if d['unhealthy'] else 'green'}]"
+              f"{d['unhealthy']} unhealthy[/]")
+    if not summary.unhealthy:
+        return
+    table = Table(title="worst offenders", title_justify="left")
+    for col in ("id", "finish", "tokens", "longest run", "repeat", "problems"):
+        table.add_column(col, justify="left" if col in ("id", "finish", "problems") else "right")
+    for r in summary.worst():
+        table.add_row(escape(str(r.id)), r.finish_reason, str(r.n_tokens), str(r.longest_run),
+                      f"{r.repeat_rate:.0%}", escape("; ".join(r.problems)))
+    out.print(table)
