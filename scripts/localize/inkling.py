@@ -32,7 +32,26 @@ def _truth(fault: str, seed: int = 0) -> tuple:
 
 
 EXPLAIN = {"raw_input_amax": ("flushed", "zeroed", "ratio"), "gate_up_layout": ("permut", "layout", "input", "weight"),
-           "renorm_rows": ("row", "confined")}
+           "renorm_rows": ("row", "confined"), "adp_global_tp_size": ("zeroed", "confined", "head"),
+           "adp_dense_allreduce": ("row", "confined", "offset")}
+
+
+def dp_run(dtype="fp32", fault="", dp=1, tp=1) -> Run:
+    """Two requests of different lengths; dp=1 is the reference layout (one group serves both)."""
+    return Run(NAME, dtype, fault, prompt=0).with_(impl="native", dp=dp, tp=tp, ckpt="bf16", seed=0)
+
+
+def _adp_fault(fault: str, tp: int) -> Case:
+    regimes = {"fp32": Trio(dp_run("fp32"), dp_run("fp32", fault, dp=2, tp=tp)),
+               "bf16+ctl": Trio(dp_run("fp32"), dp_run("bf16", fault, dp=2, tp=tp), dp_run("bf16"))}
+    return Case(f"{NAME}/{fault}_dp2tp{tp}", "fault", regimes, truth=_truth(fault), explain=EXPLAIN[fault],
+                note=f"model/faults.py {fault} at DP=2 x TP={tp} against DP=1")
+
+
+def _adp_benign(tp: int) -> Case:
+    regimes = {"fp32": Trio(dp_run("fp32"), dp_run("fp32", dp=2, tp=tp)),
+               "bf16+ctl": Trio(dp_run("fp32"), dp_run("bf16", dp=2, tp=tp), dp_run("bf16"))}
+    return Case(f"{NAME}/dp2tp{tp}_vs_dp1", "benign", regimes, note=f"attention-DP 2 x TP {tp} vs DP=1, no fault")
 
 
 def _fault(fault: str, tp: int, quick=False) -> Case:
@@ -79,7 +98,9 @@ def _benign_rest() -> list[Case]:
 def cases() -> list[Case]:
     faults = [_fault(f, tp, quick=(tp == 1 and f != "raw_input_amax"))
               for f in ("raw_input_amax", "gate_up_layout", "renorm_rows") for tp in (1, 2)]
-    return faults + [_issue_case()] + [_tp_pair(p) for p in range(TP2_PROMPTS)] + _benign_rest()
+    adp = [_adp_fault(f, tp) for f in ("adp_global_tp_size", "adp_dense_allreduce") for tp in (1, 2)]
+    return (faults + adp + [_issue_case()] + [_tp_pair(p) for p in range(TP2_PROMPTS)] + _benign_rest()
+            + [_adp_benign(tp) for tp in (1, 2)])
 
 
 def record_many(items) -> dict:

@@ -77,8 +77,31 @@ def tp_rank(rank: int, world: int, jobs: list) -> dict:
     return failed
 
 
+def dp_requests(prompt: int) -> list[list[int]]:
+    """Two requests of different lengths (24 and 17 tokens) for the attention-DP runs."""
+    return [prompt_ids(prompt), prompt_ids(prompt + 1)[:17]]
+
+
+def _cli(ck: str, dtype: str, fault: str, prompt: int, dump: str, dp: int, tp: int) -> None:
+    """A multi-request run through ``inkling-probe run`` (attention-DP spawns dp x tp ranks)."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "inkling_probe.cli", "run", "--ckpt", ck, "--dtype", dtype, "--dump", dump]
+    for ids in dp_requests(prompt):
+        cmd += ["--tokens", ",".join(map(str, ids))]
+    if dp > 1:
+        cmd += ["--dp", str(dp), "--tp", str(tp)]
+    if fault:
+        cmd += ["--fault", fault]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError((out.stderr or out.stdout).strip().splitlines()[-1])
+
+
 def record_many(items) -> dict:
-    """Record inkling runs: hf and TP=1 here, all TP=2 runs in one spawn of two ranks."""
+    """Record inkling runs: hf and TP=1 here, all TP=2 runs in one spawn of two ranks, multi-request
+    (attention-DP and their DP=1 references) through the CLI."""
     from inkling_model.parallel import spawn
 
     failed, tp2 = {}, []
@@ -86,6 +109,12 @@ def record_many(items) -> dict:
         s = dict(run.variant)
         ck = checkpoint(os.path.dirname(dump), s.get("ckpt", "bf16"), s.get("seed", 0))
         ids = prompt_ids(run.prompt)
+        if s.get("dp"):
+            try:
+                _cli(ck, run.dtype, run.fault, run.prompt, dump, s["dp"], s.get("tp", 1))
+            except Exception as e:
+                failed[run] = f"{type(e).__name__}: {e}"
+            continue
         if s.get("tp", 1) == 2:
             tp2.append((run, (ck, run.dtype, run.fault, ids, dump)))
             continue
