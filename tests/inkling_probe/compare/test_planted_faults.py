@@ -101,6 +101,20 @@ def _cli(*args, env=None):
 
 
 # --- planted faults -----------------------------------------------------------------------------------
+def test_confirm_replays_the_culprit_with_the_candidate_module(runs):
+    """--confirm: the culprit's module alone diverges on the reference's inputs with the fault, and
+    not without it (the module is built by the registered inkling_model factory)."""
+    code, doc = _cli(runs["hf_bf16"], runs["gate_up"], "--confirm", "--ckpt", runs["ck"],
+                     env={"INKLING_FAULT": "gate_up_layout"})
+    assert code == 1 and doc["culprit"]["key"] == "layers.2.mlp.experts"
+    (c,) = [x for x in doc["confirm"] if x["key"] == "layers.2.mlp.experts"]
+    assert c["confirmed"] is True and "confirmed" in c["verdict"]
+    _, clean = _cli(runs["hf_bf16"], runs["gate_up"], "--confirm", "--ckpt", runs["ck"], env={"INKLING_FAULT": ""})
+    (c,) = [x for x in clean["confirm"] if x["key"] == "layers.2.mlp.experts"]
+    assert c["confirmed"] is False  # the correct module matches: the fault is not in this module's code
+
+
+
 def test_raw_input_amax_is_born_in_the_first_nvfp4_experts_with_2688_on_the_input_scale(runs):
     rep = compare(runs["hf_bf16"], runs["raw_amax_tp2"], control=runs["nvfp4_tp1"])
     assert rep.culprit is not None and rep.culprit.key == _where("raw_input_amax", runs) == "layers.3.mlp.experts"
