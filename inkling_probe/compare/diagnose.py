@@ -19,7 +19,7 @@ from inkling_probe.compare.explain import Context, explain
 from inkling_probe.compare.measure import load
 from inkling_probe.compare.metrics import compare_tensors
 from inkling_probe.compare.report import Report, Row
-from inkling_probe.compare.values import Values, as_float64
+from inkling_probe.compare.values import as_float64
 from inkling_probe.errors import ProbeError
 
 CROSS_KEY_LIMIT = 24  # other keys tried for cross-key equality, nearest first
@@ -154,4 +154,4 @@ def _cross_key(row: Row, dumps, ents, got) -> list[dict]:
     return []
 
 
-__all__ = ["diagnose_report", "explain_row", "targets", "Values"]
+__all__ = ["diagnose_report", "explain_row", "targets", "call_explain"]

@@ -18,7 +18,7 @@ import numpy as np
 from inkling_probe.compare import decisions as dec
 from inkling_probe.compare import floor
 from inkling_probe.compare.align import Entry, Pair, layer_of
-from inkling_probe.compare.measure import Measured, load, measure, row_errors, token_rows
+from inkling_probe.compare.measure import Measured, load, measure, token_rows
 from inkling_probe.compare.ranks import check_replicated
 from inkling_probe.compare.report import Report, Row, score_of
 from inkling_probe.compare.values import as_float64, is_integer
@@ -396,4 +396,3 @@ def _join(a: str, b: str) -> str:
     return "; ".join(x for x in (a, b) if x)
 
 
-__all__ = ["Walker", "row_errors"]
