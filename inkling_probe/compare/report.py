@@ -144,3 +144,8 @@ def score_of(error: float | None, threshold: float) -> float:
     if threshold <= 0:
         return 0.0 if error <= 0 else math.inf
     return error / threshold
+
+
+def join_notes(a: str, b: str) -> str:
+    """Two notes as one ("a; b"), empty ones left out."""
+    return "; ".join(x for x in (a, b) if x)

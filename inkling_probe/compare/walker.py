@@ -15,14 +15,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from inkling_probe.compare import decisions as dec
 from inkling_probe.compare import floor
 from inkling_probe.compare.align import Entry, Pair, layer_of
-from inkling_probe.compare.measure import Measured, load, measure, token_rows
+from inkling_probe.compare.measure import Measured, measure, token_rows
 from inkling_probe.compare.ranks import check_replicated
-from inkling_probe.compare.report import Report, Row, score_of
-from inkling_probe.compare.values import as_float64, is_integer
-from inkling_probe.errors import ProbeError
+from inkling_probe.compare.report import Report, Row, join_notes, score_of
+from inkling_probe.compare.routing import RoutingSteps
+from inkling_probe.compare.values import is_integer
 from inkling_probe.settings import matches_any
 
 # Integer keys that are routing decisions by name: transformers' MoE routers return (logits,
@@ -31,7 +30,6 @@ DEFAULT_DECISIONS = ("*.mlp.gate.2", "*.block_sparse_moe.gate.2", "*.mlp.experts
                      "*.block_sparse_moe.experts.in.1")
 K_ROW = 3.0
 MIN_ROW_VALUES = 16  # rows narrower than this are too noisy to judge alone (top-k weights, gammas)  # a token row diverges past K_ROW x its allowance (rows fluctuate more than tensors)
-UNCLASSIFIED_MAX = 0.25  # without router scores or a control: the changed-token fraction allowed
 
 
 @dataclass
@@ -76,7 +74,7 @@ class _Side:
             self.aside[step] = (n_rows, old | set(range(min(rows), n_rows)))
 
 
-class Walker:
+class Walker(RoutingSteps):
     """Builds one :class:`Row` per aligned pair (and the control-only rows)."""
 
     def __init__(self, dumps, ents, report: Report, *, metric, user, k, decision_globs, batch_rows):
@@ -156,7 +154,7 @@ class Walker:
         row.threshold = floor.threshold(row.floor, default, self.user, self.k, minimum)
         if m.masked:
             self.masks[(p.key, p.step, p.call)] = m.masked
-            row.note = _join(row.note, f"{len(m.masked)} token row(s) set aside (at or after a routing change)")
+            row.note = join_notes(row.note, f"{len(m.masked)} token row(s) set aside (at or after a routing change)")
         self._status(row, m)
         width = int(np.prod(p.ref.global_shape())) // max(m.token_rows or 1, 1)
         if m.row_errors is not None and row.status in ("ok", "diverged") and width >= MIN_ROW_VALUES:
@@ -174,30 +172,6 @@ class Walker:
         return measure(self.dumps["reference"], p.ref, self.dumps["control"], ctl, self.metric,
                        floor.base_threshold(precision), self.ctl.set_aside(p.step), (self.batch_rows[0], None),
                        realign=self._realigner(p, self.ctl))
-
-    def _realigner(self, p: Pair, side: _Side):
-        """Per-token weights ``[T, k]`` beside a decision are compared in the order of their ids:
-        experts returned in another order (``topk(sorted=False)``) are the same routing."""
-        if is_integer(p.ref.dtype) or len(p.ref.global_shape()) != 2:
-            return None
-        ids = side.ids.get((p.step, layer_of(p.key))) or self._ids_beside(p, side)
-        if ids is None or tuple(p.ref.global_shape()) != tuple(ids[0].shape):
-            return None
-
-        def realign(r, c):
-            """Both in id order where that brings them closer (weights that follow their ids);
-            as recorded otherwise (a tensor beside the ids that does not follow them)."""
-            ra, ca = np.asarray(r.array, np.float64), np.asarray(c.array, np.float64)
-            if ra.shape != ids[0].shape or ca.shape != ids[1].shape:
-                return r, c, ""
-            ro, co = np.argsort(ids[0], axis=-1, kind="stable"), np.argsort(ids[1], axis=-1, kind="stable")
-            if np.array_equal(ro, co):
-                return r, c, ""
-            r2, c2 = np.take_along_axis(ra, ro, -1), np.take_along_axis(ca, co, -1)
-            if np.nansum((c2 - r2) ** 2) >= np.nansum((ca - ra) ** 2):
-                return r, c, ""
-            return type(r)(r2, "float64"), type(c)(c2, "float64"), "compared in routing-id order"
-        return realign
 
     def _rows_judged(self, row: Row, m: Measured, ctl: Measured | None) -> None:
         """Token rows judged on their own: a divergence confined to a few rows is not averaged away."""
@@ -217,7 +191,7 @@ class Walker:
             row.score = row.row_score
             if row.score > 1.0 and row.status != "exact":
                 row.status = "diverged"
-                row.note = _join(row.note, f"rows {row.bad_rows[:8]} over allowance")
+                row.note = join_notes(row.note, f"rows {row.bad_rows[:8]} over allowance")
 
     def _status(self, row: Row, m: Measured) -> None:
         if m.status == "shape":
@@ -236,111 +210,6 @@ class Walker:
         if self.metric == "max_abs" or integer:
             return 0.0
         return floor.default_threshold(precision, depth, self.metric)
-
-    # -- routing decisions ---------------------------------------------------------------------
-    def _decision_row(self, row: Row, p: Pair) -> None:
-        got = self._classify(p, "candidate", self.cand)
-        if isinstance(got, Measured):  # unreadable or shape
-            self._status(row, got)
-            return
-        d, scored = got
-        ctl = None
-        ce = self._ctl_entry(p)
-        if ce is not None:
-            self.ctl.advance(p.key, p.step, [p.ref.dtype, ce.dtype])
-            c = self._classify(p, "control", self.ctl)
-            ctl = c[0] if not isinstance(c, Measured) else None
-        counted = d.clear if scored else d.unclassified
-        t = self.cand.tally.setdefault((p.key, p.call), [0, 0])
-        t[0] += len(counted)
-        t[1] += d.token_rows
-        row.error = t[0] / t[1] if t[1] else 0.0
-        ctl_frac = None
-        if ctl is not None:
-            ctl_counted = ctl.clear if scored else ctl.unclassified
-            ctl_frac = len(ctl_counted) / ctl.token_rows if ctl.token_rows else 0.0
-        row.floor = ctl_frac
-        if ctl_frac is not None:
-            row.threshold = self.k * ctl_frac
-        else:
-            row.threshold = 0.0 if scored else UNCLASSIFIED_MAX
-        if self.user is not None and ctl_frac is None:
-            row.threshold = self.user
-        row.score = score_of(row.error, row.threshold) if row.error else 0.0
-        row.status = "diverged" if row.score > 1.0 else ("exact" if not d.changed else "ok")
-        row.clear_flips = len(counted) if row.status == "diverged" else 0
-        row.note = _join(row.note, d.note())
-        if t[0] and t[1] != d.token_rows:
-            row.note = _join(row.note, f"{t[0]} of {t[1]} token rows changed (steps so far)")
-
-    def _classify(self, p: Pair, label: str, side: _Side):
-        other = p.cand if label == "candidate" else self._ctl_entry(p)
-        rows = (self.batch_rows[0], self.batch_rows[1] if label == "candidate" else None)
-        m = measure(self.dumps["reference"], p.ref, self.dumps[label], other, "mismatch", 0.0, lambda n: None,
-                    rows, keep=True)
-        if m.status in ("unreadable", "shape"):
-            return m
-        n = m.token_rows if m.token_rows is not None else 1
-        if m.status == "exact":
-            side.flips[(p.key, p.step, p.call)] = dec.Decision(token_rows=n)
-            shape = p.ref.global_shape()
-            if shape:
-                side.routed[(p.step, layer_of(p.key))] = (n, int(np.prod(shape)) // max(n, 1))
-            return dec.Decision(token_rows=n), True
-        r_ids = np.moveaxis(m.ref.array, m.token_dim, 0) if m.token_dim is not None else m.ref.array.reshape(1, -1)
-        c_ids = np.moveaxis(m.cand.array, m.token_dim, 0) if m.token_dim is not None else m.cand.array.reshape(1, -1)
-        prev = side.decided.get((p.step, layer_of(p.key)))
-        if prev is not None and np.array_equal(prev[0], r_ids) and np.array_equal(prev[1], c_ids):
-            return prev[2], prev[3]  # the same ids passed on (router output -> experts input)
-        scores = self._scores(p, label, r_ids.shape[0])
-        selection = bool((p.ref.first.get("meta") or {}).get("selection"))
-        d = dec.classify(r_ids, c_ids, *scores, selection=selection)
-        side.flips[(p.key, p.step, p.call)] = d
-        k = int(np.prod(r_ids.shape[1:])) if r_ids.ndim > 1 else 1
-        side.routed[(p.step, layer_of(p.key))] = (r_ids.shape[0], k)
-        side.ids[(p.step, layer_of(p.key))] = (r_ids, c_ids)
-        side.decided[(p.step, layer_of(p.key))] = (r_ids, c_ids, d, scores[0] is not None)
-        side.note_changes(p.step, d.token_rows, d.changed)
-        return d, scores[0] is not None
-
-    def _scores(self, p: Pair, label: str, n_tokens: int):
-        """The router scores the decision was made from: the key its meta names (``scores=``), else
-        the nearest float key before it in the same layer and step with one row per token."""
-        key = (p.ref.first.get("meta") or {}).get("scores")
-        ref_ents, other_ents = self.ents["reference"], self.ents[label]
-        cands = [key] if key else [k for (k, s, c), e in sorted(ref_ents.items(), key=lambda kv: -kv[1].seq)
-                                    if s == p.step and e.seq < p.ref.seq and layer_of(k) == layer_of(p.key)
-                                    and not self.is_decision(k, e) and not is_integer(e.dtype)]
-        for k in cands[:4]:
-            re_, oe = ref_ents.get((k, p.step, p.call)), other_ents.get((k, p.step, p.call))
-            if re_ is None or oe is None:
-                continue
-            try:
-                rs = _token_major(load(self.dumps["reference"], re_), re_)
-                os_ = _token_major(load(self.dumps[label], oe), oe)
-            except ProbeError:
-                continue
-            if rs is not None and os_ is not None and rs.shape == os_.shape and rs.shape[0] == n_tokens:
-                return rs, os_
-        return None, None
-
-    def _ids_beside(self, p: Pair, side: _Side):
-        """(reference ids, other ids) of a decision of the same step, layer and shape recorded
-        after this key (transformers' routers return their weights before their ids)."""
-        label = "candidate" if side is self.cand else "control"
-        shape = tuple(p.ref.global_shape())
-        for (k, s, c), e in self.ents["reference"].items():
-            if s != p.step or c != p.call or layer_of(k) != layer_of(p.key) or tuple(e.global_shape()) != shape:
-                continue
-            other = self.ents[label].get((k, s, c))
-            if other is None or not self.is_decision(k, e, other):
-                continue
-            try:
-                return (as_float64(load(self.dumps["reference"], e)).reshape(shape),
-                        as_float64(load(self.dumps[label], other)).reshape(shape))
-            except (ProbeError, ValueError):
-                return None
-        return None
 
     # -- keys only the control and the candidate hold ------------------------------------------
     def control_only_rows(self) -> list[Row]:
@@ -374,25 +243,8 @@ class Walker:
                 + (f" ... {len(keys) - 6} more keys" if len(keys) > 6 else "")]
 
 
-def _token_major(v, e: Entry) -> np.ndarray | None:
-    from inkling_probe.compare.conform import token_dim_of
-
-    a = as_float64(v)
-    td = token_dim_of(a.shape, e.first.get("token_dim", 0))
-    if td is None:
-        return None
-    a = np.moveaxis(a, td, 0)
-    return a.reshape(a.shape[0], -1)
-
-
 def _call_counts(ents: dict) -> dict:
     out: dict = {}
     for (key, step, _call) in ents:
         out[(key, step)] = out.get((key, step), 0) + 1
     return out
-
-
-def _join(a: str, b: str) -> str:
-    return "; ".join(x for x in (a, b) if x)
-
-
