@@ -113,10 +113,14 @@ class Report(ReportViews):
                 return r
         raise KeyError(f"no row for {key!r} step {step}")
 
-    def findings(self, key: str, step: int = 0) -> list[dict]:
-        """The findings explain reported for ``key`` (any step when none for ``step``)."""
-        out = [f for e in self.explanations if e["key"] == key and e["step"] == step for f in e["findings"]]
-        return out
+    def findings(self, key: str, step: int = 0) -> list:
+        """What explain found for ``key`` at ``step``, as :class:`Finding` objects (the same type
+        ``explain()`` returns; ``f.name``/``f.summary``/``f.evidence``, or ``f["hypothesis"]`` as in
+        the JSON)."""
+        from inkling_probe.compare.explain import Finding
+
+        return [Finding.from_dict(f) for e in self.explanations if e["key"] == key and e["step"] == step
+                for f in e["findings"]]
 
     def to_dict(self) -> dict:
         return {

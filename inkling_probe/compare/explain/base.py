@@ -61,6 +61,17 @@ class Finding:
     def to_dict(self) -> dict:
         return {"hypothesis": self.name, "kind": self.kind, "summary": self.summary, "evidence": self.evidence}
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "Finding":
+        """The finding of a ``to_dict()`` document (compare's JSON, ``report.explanations``)."""
+        return cls(d.get("hypothesis", ""), d.get("summary", ""), dict(d.get("evidence") or {}), d.get("kind", ""))
+
+    def __getitem__(self, key: str):  # the JSON spelling works too: f["hypothesis"], f["evidence"]
+        return self.to_dict()[key]
+
+    def get(self, key: str, default=None):
+        return self.to_dict().get(key, default)
+
 
 E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
                  -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])  # value of each fp4 nibble
