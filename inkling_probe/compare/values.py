@@ -8,6 +8,8 @@ torch tensors are accepted too (converted through their own module, never import
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 CHUNK = 1 << 19  # elements per float64 chunk (4 MiB): bounds the temporaries of any metric
@@ -43,7 +45,8 @@ def _from_torch(t) -> Values:
     t = t.detach().cpu()
     name = str(t.dtype).removeprefix("torch.")
     if name == FP4:
-        return Values(t.view(__import__("torch").uint8).numpy(), FP4)
+        torch = sys.modules[type(t).__module__.split(".")[0]]  # already imported by the caller
+        return Values(t.view(torch.uint8).numpy(), FP4)
     if t.is_complex():
         raise TypeError("complex tensors are not supported by compare")
     if t.dtype.is_floating_point and name not in ("float64", "float32", "float16"):
@@ -51,11 +54,15 @@ def _from_torch(t) -> Values:
     return Values(t.numpy(), name)
 
 
-def unpack_fp4(b: np.ndarray) -> np.ndarray:
-    """Packed fp4 bytes ``[.., n]`` -> float64 values ``[.., 2n]`` (low nibble first)."""
-    b = np.asarray(b, dtype=np.uint8)
-    pairs = np.stack([E2M1[b & 0xF], E2M1[b >> 4]], axis=-1)  # [.., n, 2]
-    return pairs.reshape(*b.shape[:-1], 2 * b.shape[-1]) if b.ndim else pairs.reshape(2)
+def unpack_fp4(packed: np.ndarray) -> np.ndarray:
+    """Packed fp4 bytes ``[.., n]`` (uint8, even element in the low nibble) -> float64 ``[.., 2n]``."""
+    b = np.asarray(packed)
+    if b.dtype != np.uint8:
+        raise TypeError(f"unpack_fp4 needs uint8 bytes, got {b.dtype}")
+    out = np.empty((*b.shape[:-1], 2 * b.shape[-1]) if b.ndim else (2,))
+    out[..., 0::2] = E2M1[b & 0xF]
+    out[..., 1::2] = E2M1[b >> 4]
+    return out
 
 
 def value_shape(v: Values) -> tuple[int, ...]:

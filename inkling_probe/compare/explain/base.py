@@ -5,12 +5,12 @@ into numpy with its own methods, so the read side of compare imports numpy only.
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from inkling_probe.compare.explain.dtypes import dtype_name
+from inkling_probe.compare.values import from_any, unpack_fp4
 
 # kind: what a verdict matches on; name: the hypothesis as reported (kept stable for the JSON)
 KINDS = ("ratio", "permutation", "confined", "saturation", "zeroed", "shift", "nonfinite", "rounding",
@@ -73,42 +73,18 @@ class Finding:
         return self.to_dict().get(key, default)
 
 
-E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
-                 -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])  # value of each fp4 nibble
-
-
-def unpack_fp4(packed: np.ndarray) -> np.ndarray:
-    """Packed fp4 bytes ``[.., n]`` (uint8, even element in the low nibble) -> float64 ``[.., 2n]``."""
-    b = np.asarray(packed)
-    if b.dtype != np.uint8:
-        raise TypeError(f"unpack_fp4 needs uint8 bytes, got {b.dtype}")
-    out = np.empty((*b.shape[:-1], 2 * b.shape[-1]) if b.ndim else (2,))
-    out[..., 0::2] = E2M1[b & 0xF]
-    out[..., 1::2] = E2M1[b >> 4]
-    return out
-
-
 def as_values(x) -> tuple[np.ndarray, str]:
     """(numpy values, dtype name) of a numpy array or, by duck typing, a torch tensor.
 
     bf16 and the 8-bit floats become exact float32, packed fp4 is unpacked; numpy arrays pass as
     they are (the caller unpacks fp4 bytes and says the dtype in the Context).
     """
-    if not hasattr(x, "detach"):
-        a = np.asarray(x)
-        if a.dtype.kind == "c" or a.dtype.kind not in "fiub":
-            raise TypeError(f"explain needs real numbers, got {a.dtype}")
-        return a, a.dtype.name
-    t = x.detach().cpu()
-    name = dtype_name(t.dtype)
-    if name == "float4_e2m1fn_x2":
-        torch = sys.modules[type(t).__module__.split(".")[0]]  # already imported by the caller
-        return unpack_fp4(t.view(torch.uint8).numpy()), name
-    if t.is_complex():
-        raise TypeError(f"explain needs real numbers, got {name}")
-    if t.is_floating_point() and name not in ("float16", "float32", "float64"):
-        t = t.float()  # bf16, fp8, e8m0: exact in float32
-    return t.numpy(), name
+    v = from_any(x)
+    if v.packed:
+        return unpack_fp4(v.array), v.dtype
+    if v.array.dtype.kind not in "fiub":
+        raise TypeError(f"explain needs real numbers, got {v.dtype}")
+    return v.array, v.dtype
 
 
 def short_list(items, limit: int = 16) -> str:

@@ -1,18 +1,15 @@
 """Float formats by name: epsilon, largest finite value, and the default noise level.
 
-Computed here (not taken from compare.floor) so that explain stands on numpy alone. The default
-noise is the dtype-aware base threshold of docs/COMPARE.md: 4 x eps of the coarser float dtype of
+The epsilons and the default noise are compare.floor's (numpy-free, by dtype name): the default
+noise is the dtype-aware base threshold of docs/COMPARE.md, 4 x eps of the coarser float dtype of
 the pair, at least 1e-5 for fp32 (kernels and reduction orders differ) and 1e-12 for fp64, at most 0.5.
 """
 from __future__ import annotations
 
 import numpy as np
 
-EPS = {"float64": 2.0 ** -52, "float32": 2.0 ** -23, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7,
-       "float8_e4m3fn": 2.0 ** -3, "float8_e4m3fnuz": 2.0 ** -3, "float8_e5m2": 2.0 ** -2,
-       "float8_e5m2fnuz": 2.0 ** -2, "float8_e8m0fnu": 1.0, "float4_e2m1fn_x2": 0.5}
-MIN_NOISE = {"float64": 1e-12, "float32": 1e-5}
-MAX_NOISE = 0.5
+from inkling_probe.compare.floor import EPS, base_threshold
+from inkling_probe.compare.floor import coarsest as _coarsest
 
 # the largest finite value of each format, as saturation names it
 FORMAT_MAX = {448.0: "fp8 e4m3 max", 240.0: "fp8 e4m3fnuz max", 57344.0: "fp8 e5m2 max",
@@ -35,11 +32,9 @@ def eps(name: str | None) -> float:
 
 def coarsest(*names: str | None) -> str | None:
     """The float dtype name with the largest epsilon (None when there is none)."""
-    floats = [n for n in names if eps(n) > 0]
-    return max(floats, key=eps) if floats else None
+    return _coarsest(*names)
 
 
 def default_noise(*names: str | None) -> float:
     """4 x eps of the coarsest float dtype among ``names`` (fp32's when none is a float)."""
-    name = coarsest(*names) or "float32"
-    return min(max(4.0 * eps(name), MIN_NOISE.get(name, 0.0)), MAX_NOISE)
+    return base_threshold(coarsest(*names))
