@@ -1,6 +1,6 @@
 """Test helper: write small synthetic dumps with the real recorder (one process, ranks simulated).
 
-Importable as ``dumps`` from every test folder under tests/inkling_probe (pytest puts this folder
+Importable as ``dumps`` from every test folder under tests/inkling_probe (pyproject.toml puts this folder
 on sys.path: it has no __init__.py).
 """
 from __future__ import annotations

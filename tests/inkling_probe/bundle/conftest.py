@@ -5,34 +5,15 @@ control and as candidates with a planted fault (model/faults.py gives each one's
 import pytest
 import torch
 
-import inkling_probe
+import hunts
 
-IDS = [(7 * i + 3) % 500 for i in range(24)]
 
 
 def native(ck, dump, dtype, fault=()):
-    from inkling_model import faults
-    from inkling_model.config import InklingConfig
-    from inkling_model.model import InklingForCausalLM
-    from inkling_model.weights import load_checkpoint
-
-    config = InklingConfig.from_pretrained(ck)
-    with faults.activate(list(fault)):
-        model = InklingForCausalLM(config, dtype=dtype)
-        load_checkpoint(model, ck, config)
-        with torch.no_grad(), inkling_probe.recording(str(dump), writer="inline"):
-            model(torch.tensor(IDS))
-    return str(dump)
+    return hunts.native(ck, dump, dtype, fault, writer="inline")
 
 
-def hf(ck, dump, dtype):
-    from inkling_model.hf_reference import load_hf_model
-
-    model = load_hf_model(ck, dtype)
-    with torch.no_grad(), inkling_probe.record(model, str(dump), name_map="hf_inkling"):
-        inkling_probe.step()
-        model(input_ids=torch.tensor([IDS]))
-    return str(dump)
+hf = hunts.hf
 
 
 @pytest.fixture(scope="session")

@@ -12,37 +12,14 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-import inkling_probe
 from inkling_probe.compare import compare, replay
+
+import hunts
+from hunts import IDS
 
 pytestmark = pytest.mark.slow
 
-IDS = [(7 * i + 3) % 500 for i in range(24)]
-
-
-def _native(ck, dump, dtype, fault=()):
-    from inkling_model import faults
-    from inkling_model.config import InklingConfig
-    from inkling_model.model import InklingForCausalLM
-    from inkling_model.weights import load_checkpoint
-
-    config = InklingConfig.from_pretrained(ck)
-    with faults.activate(list(fault)):
-        model = InklingForCausalLM(config, dtype=dtype)
-        load_checkpoint(model, ck, config)
-        with torch.no_grad(), inkling_probe.recording(dump):
-            model(torch.tensor(IDS))
-    return str(dump)
-
-
-def _hf(ck, dump, dtype):
-    from inkling_model.hf_reference import load_hf_model
-
-    model = load_hf_model(ck, dtype)
-    with torch.no_grad(), inkling_probe.record(model, dump, name_map="hf_inkling"):
-        inkling_probe.step()
-        model(input_ids=torch.tensor([IDS]))
-    return str(dump)
+_native, _hf = hunts.native, hunts.hf
 
 
 def _tp2(ck, dump, fault=""):
