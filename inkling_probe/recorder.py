@@ -81,6 +81,7 @@ class Recorder:
         run = run_id(os.environ, self.world_size, s.run)
         self._lock = prepare(s.path, self.rank, run, s.overwrite)
         options = dict(run_id=run, segment_mb=s.segment_mb, compress=s.compress, pack_kb=s.pack_kb,
+                       workers=s.writer_threads,
                        run_meta=json.dumps(_run_meta(s), sort_keys=True, default=str))
         if self.mode == "process":
             from inkling_probe.store.writer_process import ProcessWriter
@@ -186,7 +187,7 @@ class Recorder:
             if t.is_cuda or self._stager is not None:
                 self._guarded(f"recording {name!r}", lambda: self._staged(row, t))
             else:
-                self._guarded(f"recording {name!r}", lambda: self._write(row, t.contiguous()))
+                self._guarded(f"recording {name!r}", lambda: self._write(row, t.contiguous(), None))
             self._dirty = True
 
     def _staged(self, row: dict, t) -> None:
@@ -198,12 +199,18 @@ class Recorder:
             raise self._drain.error
         self._drain.put(row, t)
 
-    def _write(self, row: dict, host) -> None:
-        """Encode a host tensor and hand it to the writer (recording thread or drain thread)."""
-        array, row["storage"] = encode(host)
+    def _write(self, row: dict, host, done) -> None:
+        """Encode a host tensor and hand it to the writer (recording thread or drain thread).
+
+        ``done()`` is called once the writer no longer needs ``host`` (None: ``host`` is the model's
+        own tensor, so the writer copies it if it would keep it).
+        """
+        array, row["storage"] = encode(host, row["dtype"])
+        if done is None and row["storage"] != "native":
+            done = _nothing  # encoding made a new array: nobody else holds it
         stats, store = self.settings.mode != "hash", self.settings.mode == "full"
         with self._wlock:
-            self._writer.add(row, array, stats=stats, store=store)
+            self._writer.add(row, array, stats=stats, store=store, on_stored=done)
 
     def _guarded_open(self):
         try:
@@ -233,6 +240,10 @@ class Recorder:
             "meta": json.dumps(meta, sort_keys=True, default=str) if meta else "",
         }
         return row, t
+
+
+def _nothing() -> None:
+    pass
 
 
 def _ignore_file_size_signal() -> None:

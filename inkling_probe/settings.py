@@ -33,6 +33,9 @@ VARIABLES = {
     "INKLING_PROBE_WRITER": "auto (default: process when this process may use 2+ cores, else inline) | "
                             "process (stats, hashing and HDF5 writes in a helper process on another core) | "
                             "inline (all in the recording process)",
+    "INKLING_PROBE_WRITER_THREADS": "threads that hash, summarise and write large tensors in parallel "
+                                    "(default: 'auto' = the cores beyond 2, at most 4; 0: the writer's own "
+                                    "thread does it all)",
     "INKLING_PROBE_RUN": "run id shared by every rank of one launch (default: torchrun's, Slurm's, or "
                          "derived from the launcher process); letters, digits, '_' only",
     "INKLING_PROBE_COMPRESS": "none (default) | gzip (stock HDF5 deflate-1 + shuffle, tensors >= 1 MiB)",
@@ -82,6 +85,7 @@ class Settings:
     compress: str = "none"
     pack_kb: float = 256.0
     writer: str = "auto"
+    writer_threads: int | None = None  # None: auto (store/writer.py default_workers)
     run: str = ""
 
     def wants(self, name: str) -> bool:
@@ -192,8 +196,19 @@ _PARSERS = {
     "pack_kb": ("INKLING_PROBE_PACK_KB", lambda v, t: _size(v, t, allow_zero=True)),
     "writer": ("INKLING_PROBE_WRITER", lambda v, t: _choice(v, t, WRITERS)),
     "compress": ("INKLING_PROBE_COMPRESS", lambda v, t: _choice(v, t, COMPRESSIONS)),
+    "writer_threads": ("INKLING_PROBE_WRITER_THREADS", lambda v, t: _threads(v, t)),
     "run": ("INKLING_PROBE_RUN", lambda v, t: _run_id(v, t)),
 }
+
+
+def _threads(var: str, text: str) -> int | None:
+    value = text.strip().lower()
+    if value in ("", "auto"):
+        return None
+    n = _int(var, value, text)
+    if not 0 <= n <= 64:
+        raise SettingsError(f"{var}={text!r}: expected 'auto' or 0..64")
+    return n
 
 
 def _run_id(var: str, text: str) -> str:

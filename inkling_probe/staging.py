@@ -3,8 +3,10 @@
 A probed CUDA tensor is copied into a pinned host buffer with ``non_blocking=True`` on the current
 stream (so after the kernel that produced it, and before anything later on that stream can reuse
 its memory), an event is recorded behind the copy, and the (row, buffer, event) goes to a drain
-thread. The forward goes on at once; the drain thread waits for each event in order, encodes the
-buffer and hands it to the writer, then returns the buffer to the pool. ``step()`` and ``close()``
+thread. A bf16 tensor is widened to float32 on the device first (the store's exact form of bf16:
+its bits shifted up 16), so the host does no conversion pass. The forward goes on at once; the
+drain thread waits for each event in order and hands the buffer to the writer; the buffer goes back
+to the pool once the writer has copied or written it (``done``, perhaps from a writer job thread). ``step()`` and ``close()``
 wait until everything queued is with the writer, so a step is on disk when ``step()`` returns,
 as with synchronous copies.
 
@@ -15,52 +17,72 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections import defaultdict
+from collections import OrderedDict
 
 _STOP = object()
 
 
 class CudaStager:
-    """Pinned staging buffers, reused by size, at most ``limit_bytes`` outstanding."""
+    """Pinned staging buffers, reused by dtype and shape: at most ``limit_bytes`` outstanding, and at
+    most ``limit_bytes`` kept idle for reuse (the least recently used shapes go first)."""
 
     def __init__(self, limit_bytes: int = 1 << 30):
         self.limit = limit_bytes
-        self._free: dict[int, list] = defaultdict(list)
+        self._free: OrderedDict = OrderedDict()  # (dtype, shape) -> idle host tensors
+        self._free_bytes = 0
+        self._events: list = []
         self._outstanding = 0
         self._room = threading.Condition()
 
     def stage(self, t):
-        """Start copying CUDA tensor ``t`` to the host: (host tensor, event to wait on)."""
+        """Start copying CUDA tensor ``t`` to the host: (host tensor, token to wait on). The host
+        tensor of a bf16 ``t`` is its float32 widening (bit-exact)."""
         import torch
 
-        nbytes = t.numel() * t.element_size()
-        buf = self._take(nbytes)
-        host = buf[:nbytes].view(t.dtype).view(t.shape) if nbytes else torch.empty(t.shape, dtype=t.dtype)
-        host.copy_(t, non_blocking=True)
-        event = torch.cuda.Event()
+        src = t.float() if t.dtype is torch.bfloat16 else t  # [*t.shape] fp32: bf16 bits << 16
+        host = self._take(src.dtype, tuple(src.shape), src.numel() * src.element_size())
+        host.copy_(src, non_blocking=True)
+        with self._room:
+            event = self._events.pop() if self._events else torch.cuda.Event()
         event.record()
-        return host, (event, buf)
+        return host, (event, host)
 
     def wait(self, token) -> None:
         token[0].synchronize()
 
     def release(self, token) -> None:
-        buf = token[1]
+        event, host = token
+        nbytes = host.numel() * host.element_size()
         with self._room:
-            self._free[buf.numel()].append(buf)
-            self._outstanding -= buf.numel()
+            self._events.append(event)
+            self._outstanding -= nbytes
+            key = (host.dtype, tuple(host.shape))
+            self._free.setdefault(key, []).append(host)
+            self._free.move_to_end(key)
+            self._free_bytes += nbytes
+            while self._free_bytes > self.limit:  # idle buffers past the limit: unpin the oldest
+                old_key, idle = next(iter(self._free.items()))
+                dropped = idle.pop()
+                self._free_bytes -= dropped.numel() * dropped.element_size()
+                if not idle:
+                    del self._free[old_key]
             self._room.notify_all()
 
-    def _take(self, nbytes: int):
+    def _take(self, dtype, shape: tuple, nbytes: int):
         import torch
 
         with self._room:
             while self._outstanding + nbytes > self.limit and self._outstanding:
                 self._room.wait()  # the drain thread frees buffers as it writes
             self._outstanding += nbytes
-            if self._free[nbytes]:
-                return self._free[nbytes].pop()
-        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+            idle = self._free.get((dtype, shape))
+            if idle:
+                self._free_bytes -= nbytes
+                host = idle.pop()
+                if not idle:
+                    del self._free[(dtype, shape)]
+                return host
+        return torch.empty(shape, dtype=dtype, pin_memory=nbytes > 0)
 
 
 class Drain:
@@ -68,7 +90,7 @@ class Drain:
 
     def __init__(self, stager, write):
         self.stager = stager
-        self._write = write  # write(row, host_tensor): encode and hand to the writer
+        self._write = write  # write(row, host_tensor, done): encode, hand to the writer; done() once it has it
         self._queue: queue.Queue = queue.Queue()
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="inkling-probe-drain", daemon=True)
@@ -96,14 +118,29 @@ class Drain:
                 if item is _STOP:
                     return
                 row, host, token = item
+                done = _once(lambda token=token: self.stager.release(token))
                 try:
                     self.stager.wait(token)
                     if self.error is None:
-                        self._write(row, host)
+                        self._write(row, host, done)
+                    else:
+                        done()
                 except BaseException as e:  # noqa: BLE001 - kept and raised in the recording thread
+                    done()
                     if self.error is None:
                         self.error = e
-                finally:
-                    self.stager.release(token)
             finally:
                 self._queue.task_done()
+
+
+def _once(action):
+    """``action`` wrapped to run at most once, from whichever thread calls first."""
+    lock, ran = threading.Lock(), [False]
+
+    def run():
+        with lock:
+            if ran[0]:
+                return
+            ran[0] = True
+        action()
+    return run

@@ -1,8 +1,10 @@
 """record() against torch.save from forward hooks, side by side in one run (issue 9, README figures).
 
 The anchors' protocol (reference/MEASURED.md, "Peers"): transformers' Inkling with random weights,
-fp32, every module output recorded, torch threads 1; overhead = the recording forward / the plain
-forward, medians of interleaved runs. Each (shape, cores) cell runs in its own process pinned to
+fp32, every module output recorded, torch threads 1; overhead = the recording run / the plain run,
+medians of interleaved runs. One run is ``--steps`` forwards in a row (a step each) and, for
+recording, the wait until the last step is on disk: a writer slower than the model shows, and no
+run's writing spills into the next one's time. Each (shape, cores) cell runs in its own process pinned to
 that many cores (the writer process inherits the pinning), so "1 core" means the writer competes
 with the model. Also measured: the writer's start cost in the recording process, and the start-up
 of the torch-free read commands (`ls`, `show`) against `python -c "import h5py, numpy"`.
@@ -68,7 +70,7 @@ def torch_save_hooks(model, folder):
     return [m.register_forward_hook(hook_for(p)) for p, m in model.named_modules()]
 
 
-def cell(shape: str, repeats: int) -> dict:
+def cell(shape: str, repeats: int, steps: int) -> dict:
     import torch
     from transformers import InklingForCausalLM, InklingTextConfig
 
@@ -81,7 +83,10 @@ def cell(shape: str, repeats: int) -> dict:
     model = InklingForCausalLM(InklingTextConfig(**kwargs)).eval()
     ids = torch.randint(0, kwargs["vocab_size"], (1, seq))
     root = tempfile.mkdtemp(prefix="bench-record-")
-    fns = {"plain": lambda: model(ids)}
+    def plain():
+        for _ in range(steps):
+            model(ids)
+    fns = {"plain": plain}
     recorders = {}
     for writer in ("inline", "process"):
         rec_ctx = inkling_probe.recording(os.path.join(root, writer), writer=writer)
@@ -94,8 +99,10 @@ def cell(shape: str, repeats: int) -> dict:
             ctx, rec = recorders[writer]
             sink._RECORDER = rec
             with inkling_probe.record(model, inputs=False):
-                inkling_probe.step()  # waits for the previous step's segment: part of the cost
-                model(ids)
+                for _ in range(steps):
+                    inkling_probe.step()  # waits for the previous step's segment: part of the cost
+                    model(ids)
+            inkling_probe.step()  # the last step on disk
             sink._RECORDER = None
         return run
 
@@ -103,12 +110,13 @@ def cell(shape: str, repeats: int) -> dict:
     folder = {"now": root}
 
     def saved():
-        counter["n"] += 1
-        folder["now"] = os.path.join(root, f"pt-{counter['n']}")
-        os.makedirs(folder["now"])
         handles = torch_save_hooks(model, folder)
         try:
-            model(ids)
+            for _ in range(steps):
+                counter["n"] += 1
+                folder["now"] = os.path.join(root, f"pt-{counter['n']}")
+                os.makedirs(folder["now"])
+                model(ids)
         finally:
             for h in handles:
                 h.remove()
@@ -126,7 +134,8 @@ def cell(shape: str, repeats: int) -> dict:
     tensors = sum(1 for r in d.index if r["step"] == 1)
     shutil.rmtree(root)
     from inkling_probe.recorder import writer_mode
-    return {"times": times, "mb": mb, "tensors": tensors, "files": hooks["files"], "auto": writer_mode("auto")}
+    return {"times": times, "mb": mb, "tensors": tensors, "files": hooks["files"], "auto": writer_mode("auto"),
+            "steps": steps}
 
 
 def writer_start(repeats: int) -> dict:
@@ -164,16 +173,16 @@ def writer_start(repeats: int) -> dict:
 
 def child_main(args) -> None:
     os.sched_setaffinity(0, set(json.loads(args.child_cpus)))
-    out = {"cells": {s: cell(s, args.repeats) for s in args.shapes.split(",")}}
+    out = {"cells": {s: cell(s, args.repeats, args.steps) for s in args.shapes.split(",")}}
     if args.start:
         out["start"] = writer_start(5)
     print("RESULT " + json.dumps(out))
 
 
 # -- the parent: cells, read start-up, report ------------------------------------------------------
-def run_child(cpus: list[int], shapes: str, repeats: int, start: bool) -> dict:
+def run_child(cpus: list[int], shapes: str, repeats: int, steps: int, start: bool) -> dict:
     argv = [sys.executable, os.path.abspath(__file__), "--child-cpus", json.dumps(cpus), "--shapes", shapes,
-            "--repeats", str(repeats)] + (["--start"] if start else [])
+            "--repeats", str(repeats), "--steps", str(steps)] + (["--start"] if start else [])
     env = {k: v for k, v in os.environ.items() if not k.startswith("INKLING_PROBE")}
     out = subprocess.run(argv, capture_output=True, text=True, env={**env, "OMP_NUM_THREADS": "1"})
     line = next((ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")), None)
@@ -218,7 +227,7 @@ def report(results: dict, startup: dict | None) -> None:
         for shape, c in res["cells"].items():
             t = c["times"]
             plain = t["plain"]
-            print(f"{shape:5s} {cores} core{'s' if cores > 1 else ' '} plain {statistics.median(plain) * 1e3:7.1f} ms | "
+            print(f"{shape:5s} {cores} core{'s' if cores > 1 else ' '} plain {statistics.median(plain) / c['steps'] * 1e3:7.1f} ms | "
                   f"torch.save hooks {_spread(t['torch.save hooks'], plain)} | record inline "
                   f"{_spread(t['record inline'], plain)} | record process {_spread(t['record process'], plain)} | "
                   f"auto = {c['auto']} | {c['tensors']} tensors, {c['mb']:.1f} MB/forward, {c['files']} .pt files")
@@ -235,7 +244,7 @@ def report(results: dict, startup: dict | None) -> None:
 
 
 # -- CUDA: inkling_model small bf16, eager -------------------------------------------------------
-def cuda_main(repeats: int) -> None:
+def cuda_main(repeats: int, steps: int) -> None:
     import importlib.util
 
     import torch
@@ -260,7 +269,8 @@ def cuda_main(repeats: int) -> None:
     root = tempfile.mkdtemp(prefix="bench-cuda-")
 
     def plain():
-        model(ids)
+        for _ in range(steps):
+            model(ids)
         torch.cuda.synchronize()
 
     recs = {}
@@ -272,7 +282,9 @@ def cuda_main(repeats: int) -> None:
     def recorded(writer):
         def run():
             inkling_probe.sink._RECORDER = recs[writer][1]
-            model(ids)  # calls step(), which waits for the previous step to be on disk
+            for _ in range(steps):
+                model(ids)  # calls step(), which waits for the previous step to be on disk
+            inkling_probe.step()  # the last step on disk
             torch.cuda.synchronize()
             inkling_probe.sink._RECORDER = None
         return run
@@ -284,8 +296,10 @@ def cuda_main(repeats: int) -> None:
     d = inkling_probe.open(os.path.join(root, "inline"))
     n = sum(1 for r in d.index if r["step"] == 1)
     shutil.rmtree(root)
-    print(f"GPU {torch.cuda.get_device_name()} inkling_model small bf16 eager, 256 tokens, {n} probes/forward: "
-          f"plain {statistics.median(t['plain']) * 1e3:.1f} ms | recorded inline {_spread(t['inline'], t['plain'])} | "
+    mb = sum(r["numel"] * 4 for r in d.index if r["step"] == 1) / 1e6
+    print(f"GPU {torch.cuda.get_device_name()} inkling_model small bf16 eager, 256 tokens, {n} probes, {mb:.0f} MB "
+          f"stored/forward, {steps} forwards a run: plain {statistics.median(t['plain']) / steps * 1e3:.1f} ms/forward | "
+          f"recorded inline {_spread(t['inline'], t['plain'])} | "
           f"recorded process {_spread(t['process'], t['plain'])}  (target < 2x)")
 
 
@@ -294,6 +308,7 @@ def main():
     ap.add_argument("--shapes", default="tiny,small")
     ap.add_argument("--cores", default="1,2", help="cells pinned to this many cores (comma-separated)")
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--steps", type=int, default=3, help="forwards (steps) in one timed run")
     ap.add_argument("--cuda", action="store_true", help="GPU: inkling_model small bf16, recorded / plain")
     ap.add_argument("--no-startup", action="store_true", help="skip the read start-up measurement")
     ap.add_argument("--child-cpus", help=argparse.SUPPRESS)
@@ -302,18 +317,19 @@ def main():
     if args.child_cpus:
         return child_main(args)
     if args.cuda:
-        return cuda_main(args.repeats)
+        return cuda_main(args.repeats, args.steps)
     available = sorted(os.sched_getaffinity(0))
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     import torch
     print(f"bench_record at {commit}: torch {torch.__version__}, {len(available)} cores available, "
-          f"torch threads 1, {args.repeats} interleaved rounds; ratio = median [interquartile range of rounds]")
+          f"torch threads 1, {args.repeats} interleaved rounds of {args.steps} forwards (recording: until the last "
+          "step is on disk); ratio = median [interquartile range of rounds]")
     for n in (int(c) for c in args.cores.split(",")):
         if n > len(available):
             print(f"({n} cores requested, {len(available)} available: skipped)")
             continue
-        report({n: run_child(available[:n], args.shapes, args.repeats, start=True)}, None)
+        report({n: run_child(available[:n], args.shapes, args.repeats, args.steps, start=True)}, None)
         sys.stdout.flush()
     if not args.no_startup:
         report({}, read_startup(args.repeats))

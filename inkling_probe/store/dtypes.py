@@ -62,13 +62,19 @@ def _byte_tables(dtype: torch.dtype):
     return up
 
 
-def encode(t: torch.Tensor) -> tuple[np.ndarray, str]:
-    """A CPU tensor -> (numpy array to store, storage kind 'native' | 'upcast' | 'raw')."""
+def encode(t: torch.Tensor, original: str | None = None) -> tuple[np.ndarray, str]:
+    """A CPU tensor -> (numpy array to store, storage kind 'native' | 'upcast' | 'raw').
+
+    ``original``: the recorded tensor's dtype name where ``t`` is already its stored form (a bf16
+    tensor widened to float32 on the device, staging.py).
+    """
     dtype = t.dtype
+    if original == "bfloat16" and dtype is torch.float32:
+        return t.numpy(), "upcast"
     if dtype in NATIVE:
         return t.numpy(), "native"
-    if dtype is torch.bfloat16:  # bf16 bits are the top half of the fp32 bits
-        bits = t.view(torch.int16).numpy().astype(np.uint16).astype(np.uint32) << 16
+    if dtype is torch.bfloat16:  # bf16 bits are the top half of the fp32 bits: one widening pass
+        bits = np.left_shift(t.view(torch.int16).numpy().view(np.uint16), 16, dtype=np.uint32)
         return bits.view(np.float32), "upcast"
     if dtype in FP8 or dtype is E8M0:
         up = _byte_tables(dtype)

@@ -13,10 +13,12 @@ tensors go through the pipe, with one warning line, instead of a SIGBUS at the f
 """
 from __future__ import annotations
 
+import collections
 import mmap
 import os
 import struct
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -111,9 +113,31 @@ class RingReader:
         finally:
             os.close(fd)
         self._data = np.frombuffer(self._mm, dtype=np.uint8, offset=_HEADER)
+        self._open: collections.deque = collections.deque()  # [end, finished] of payloads in use
+        self._lock = threading.Lock()
 
     def view(self, offset: int, nbytes: int, dtype: str, shape) -> np.ndarray:
         return self._data[offset: offset + nbytes].view(np.dtype(dtype)).reshape(shape)
+
+    def pending(self, end: int):
+        """Register the next payload (ending at ``end``); returns the callback that frees it.
+
+        Payloads may be finished out of order (the writer's job threads); the tail moves past a
+        payload only once it and every earlier one are finished.
+        """
+        with self._lock:
+            entry = [end, False]
+            self._open.append(entry)
+
+        def done():
+            with self._lock:
+                entry[1] = True
+                tail = None
+                while self._open and self._open[0][1]:
+                    tail = self._open.popleft()[0]
+                if tail is not None:
+                    self.consumed(tail)
+        return done
 
     def consumed(self, end: int) -> None:
         _TAIL.pack_into(self._mm, 0, end)

@@ -29,11 +29,17 @@ def array_stats(array: np.ndarray, storage: str) -> dict:
         total, sq = float(a.sum()), float(np.dot(a, a))
     nan = inf = 0
     if not (np.isfinite(total) and np.isfinite(sq)):
-        nan, inf = int(np.isnan(a).sum()), int(np.isinf(a).sum())
-        a = a[np.isfinite(a)].astype(np.float64)  # finite values, float64: no overflow either
+        finite = np.isfinite(a)
+        nan = int(np.count_nonzero(np.isnan(a)))
+        inf = a.size - int(np.count_nonzero(finite)) - nan
+        a = a[finite]  # a mask's -inf, a blow-up's NaN: the finite values alone
         if a.size == 0:
             return {**NAN_STATS, "nan": nan, "inf": inf}
-        total, sq = float(a.sum()), float(np.dot(a, a))
+        with np.errstate(over="ignore", invalid="ignore"):
+            total, sq = float(a.sum()), float(np.dot(a, a))
+        if not (np.isfinite(total) and np.isfinite(sq)):  # finite values whose sums overflow
+            wide = a.astype(np.float64)
+            total, sq = float(wide.sum()), float(np.dot(wide, wide))
     return {"mean": total / a.size, "rms": (sq / a.size) ** 0.5,
             "absmax": float(max(a.max(), -a.min())), "nan": nan, "inf": inf}
 

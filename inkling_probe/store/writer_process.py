@@ -84,7 +84,14 @@ class ProcessWriter:
         self._send({"op": "open", "path": os.fspath(path), "rank": rank, "world_size": world_size, **options})
         return self
 
-    def add(self, row: dict, array: np.ndarray, *, stats: bool = True, store: bool = True) -> None:
+    def add(self, row: dict, array: np.ndarray, *, stats: bool = True, store: bool = True,
+            on_stored=None) -> None:
+        """Send one tensor; its bytes are copied (ring or pipe) before this returns."""
+        self._send_add(row, array, stats, store)
+        if on_stored is not None:
+            on_stored()
+
+    def _send_add(self, row: dict, array: np.ndarray, stats: bool, store: bool) -> None:
         array = np.ascontiguousarray(array)
         header = {"op": "add", "row": row, "np": array.dtype.str, "shape": array.shape,
                   "stats": stats, "store": store}
@@ -247,9 +254,9 @@ def _apply(stdin, stdout, ring, writer, done, SegmentWriter):
             array = np.frombuffer(payload, dtype=np.dtype(msg["np"])).reshape(msg["shape"])
         else:
             array = ring.view(where[0], where[2], msg["np"], msg["shape"])
-        writer.add(msg["row"], array, stats=msg["stats"], store=msg["store"])
-        if where is not None:
-            ring.consumed(where[1])  # add() copied or wrote the data: the space is free again
+        # the ring's space is free again once add() (or its job) has copied or written the data
+        writer.add(msg["row"], array, stats=msg["stats"], store=msg["store"],
+                   on_stored=_owned if where is None else ring.pending(where[1]))
     elif op == "open":
         args = {k: v for k, v in msg.items() if k not in ("op", "path", "rank", "world_size")}
         writer = SegmentWriter(msg["path"], msg["rank"], msg["world_size"], **args)
@@ -260,6 +267,10 @@ def _apply(stdin, stdout, ring, writer, done, SegmentWriter):
         _say(stdout, "ok")
         return writer, done, op == "close"
     return writer, done, False
+
+
+def _owned() -> None:
+    """The on_stored of a pipe payload: its bytes belong to the message, nothing to free."""
 
 
 def _open_ring(args, stdout):

@@ -55,6 +55,22 @@ def test_staged_tensors_are_written_in_order_and_step_waits_for_them(tmp_path):
     assert len(inkling_probe.open(tmp_path / "d").index) == 60
 
 
+def test_buffers_go_back_only_when_writer_jobs_have_written_them(tmp_path):
+    """With job threads the drain hands the staged buffer over and gets it back from the job."""
+    stager = SlowStager(delay=0)
+    recording(tmp_path / "d", stager, writer_threads=2)
+    x = torch.zeros(256, 512)  # 512 KiB: a dataset of its own, written by a job
+    for s in range(2):
+        inkling_probe.step()
+        for i in range(8):
+            x.fill_(i)
+            inkling_probe.probe("x", x)
+    sink.stop()
+    assert stager.staged == stager.released == 16
+    d = inkling_probe.open(tmp_path / "d")
+    assert [float(d.array("x", 1, call=i)[-1, -1]) for i in range(8)] == [float(i) for i in range(8)]
+
+
 def test_a_drain_failure_surfaces_as_one_line_in_the_recording_thread(tmp_path, monkeypatch):
     from inkling_probe.store.writer import SegmentWriter
 
@@ -131,6 +147,38 @@ def test_cuda_stager_reuses_pinned_buffers_and_bounds_them(monkeypatch):
     t.join(5)
     assert blocked.is_set() and allocations == [True, True]  # the released buffer was reused
     assert FakeEvent.recorded == 3
+
+
+def test_cuda_stager_keeps_at_most_its_limit_of_idle_buffers(monkeypatch):
+    """Shapes that never come back (a growing sequence) do not pin host memory for good."""
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    real_empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, pin_memory=False, **k: real_empty(*a, **k))
+    stager = staging.CudaStager(limit_bytes=1000)
+    for n in range(1, 60):
+        host, token = stager.stage(torch.ones(n))  # 4n bytes, a new shape each time
+        stager.release(token)
+    assert stager._free_bytes <= 1000 and stager._outstanding == 0
+    assert (torch.float32, (59,)) in stager._free  # the most recent shapes are kept
+    assert (torch.float32, (1,)) not in stager._free
+
+
+def test_cuda_stager_widens_bf16_to_its_exact_float32(monkeypatch):
+    """bf16 is widened on the device (one kernel) so the host does no pass: bits << 16, NaNs too."""
+    import numpy as np
+
+    from inkling_probe.store.dtypes import decode, encode
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    real_empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, pin_memory=False, **k: real_empty(*a, **k))
+    bits = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16)  # every bf16 bit pattern
+    host, token = staging.CudaStager().stage(bits.view(torch.bfloat16))
+    assert host.dtype == torch.float32
+    array, storage = encode(host, "bfloat16")
+    assert storage == "upcast"
+    assert np.array_equal(array.view(np.uint32), bits.numpy().view(np.uint16).astype(np.uint32) << 16)
+    assert torch.equal(decode(array, "bfloat16").view(torch.int16), bits)
 
 
 def test_recorder_sends_cuda_tensors_through_the_drain(tmp_path, monkeypatch):

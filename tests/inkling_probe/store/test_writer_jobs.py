@@ -1,0 +1,146 @@
+"""Large tensors hashed, summarised and written by job threads (store/writer.py ``_Jobs``)."""
+import errno
+import os
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import inkling_probe
+from inkling_probe.errors import DumpError
+from inkling_probe.store import ring, schema
+from inkling_probe.store.writer import SegmentWriter
+
+
+def row(key, array, step=0, call=0):
+    return {"key": key, "step": step, "seq": 0, "call": call, "rank": 0, "shape": schema.shape_text(array.shape),
+            "dtype": "float32", "storage": "native", "shard": "replicated", "dim": -1, "token_dim": -1,
+            "token_start": 0, "numel": array.size, "meta": ""}
+
+
+def arrays(n=40):
+    rng = np.random.default_rng(0)
+    out = [rng.standard_normal((64, 1024 + i)).astype(np.float32) for i in range(n)]  # >= 256 KiB: own datasets
+    out[3][0, :5] = [np.nan, np.inf, -np.inf, 0, 1]
+    out += [rng.standard_normal(10).astype(np.float32), np.zeros((0, 4), np.float32), np.float32(2.5) * np.ones(())]
+    return out
+
+
+def write(path, workers, data, on_stored=None):
+    os.makedirs(path)
+    w = SegmentWriter(path, 0, 1, run_id="0123456789ab", workers=workers)
+    for i, a in enumerate(data):
+        w.add(row(f"t{i}", a), a, on_stored=on_stored)
+    w.close(complete_through_step=0)
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_job_threads_write_what_the_writer_thread_writes(tmp_path, workers):
+    data = arrays()
+    write(tmp_path / "serial", 0, data)
+    write(tmp_path / "jobs", workers, data)
+    a, b = inkling_probe.open(tmp_path / "serial"), inkling_probe.open(tmp_path / "jobs")
+    assert a.keys() == b.keys() and len(b.keys()) == len(data)
+    for ra, rb in zip(a.index, b.index):
+        assert ra["hash"] == rb["hash"]
+        for k in ("mean", "rms", "absmax", "nan", "inf"):
+            assert ra[k] == rb[k] or (np.isnan(ra[k]) and np.isnan(rb[k])), (ra["key"], k)
+    for i, arr in enumerate(data):
+        got = b.array(f"t{i}", 0)
+        assert got.shape == arr.shape and np.array_equal(got, arr, equal_nan=True)
+    r3 = next(r for r in b.index if r["key"] == "t3")
+    assert (r3["nan"], r3["inf"]) == (1, 2)
+
+
+def test_a_caller_buffer_is_copied_or_kept_until_on_stored(tmp_path):
+    """Without on_stored the writer copies (the caller reuses its buffer at once); with it, the
+    buffer is left alone until the callback says the bytes are in the file."""
+    buf = np.ones((64, 2048), np.float32)
+    os.makedirs(tmp_path / "d")
+    w = SegmentWriter(tmp_path / "d", 0, 1, run_id="0123456789ab", workers=2)
+    for i in range(20):
+        buf[:] = i
+        w.add(row("reused", buf, call=i), buf)
+    stored = []
+    held = [np.full((64, 2048), float(i), np.float32) for i in range(20)]
+    for i, a in enumerate(held):
+        w.add(row("held", a, call=i), a, on_stored=lambda i=i: stored.append(i))
+    w.close(complete_through_step=0)
+    assert sorted(stored) == list(range(20))
+    d = inkling_probe.open(tmp_path / "d")
+    assert [float(d.array("reused", 0, call=i)[0, 0]) for i in range(20)] == [float(i) for i in range(20)]
+    assert [float(d.array("held", 0, call=i)[-1, -1]) for i in range(20)] == [float(i) for i in range(20)]
+
+
+def test_a_job_failure_is_one_line_naming_the_key_and_nothing_is_renamed(tmp_path, monkeypatch):
+    real = os.pwrite
+
+    def full(fd, data, offset):
+        if threading.current_thread().name.startswith("inkling-probe-write"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data, offset)
+    monkeypatch.setattr(os, "pwrite", full)
+    os.makedirs(tmp_path / "d")
+    w = SegmentWriter(tmp_path / "d", 0, 1, run_id="0123456789ab", workers=2)
+    a = np.ones((64, 2048), np.float32)
+    w.add(row("big", a), a)
+    with pytest.raises(DumpError) as e:
+        w.close(complete_through_step=0)
+    msg = str(e.value)
+    assert msg.startswith("recording 'big' (step 0)") and "disk full" in msg and "\n" not in msg
+    assert not [f for f in os.listdir(tmp_path / "d") if f.endswith(".h5")]  # only the .tmp stays
+
+
+def test_ring_space_is_freed_in_order_whatever_order_jobs_finish(tmp_path):
+    fd = ring.ring_file(lambda text: None)
+    reader = ring.RingReader(fd, 1 << 16)
+    first, second, third = reader.pending(100), reader.pending(200), reader.pending(300)
+    tail = lambda: ring._TAIL.unpack_from(reader._mm, 0)[0]
+    second()
+    assert tail() == 0  # the first payload is still being written
+    first()
+    assert tail() == 200
+    third()
+    assert tail() == 300
+
+
+def test_recording_with_writer_threads_through_the_recorder(tmp_path):
+    """The setting reaches the writer in both modes; tensors probed from a reused buffer keep their values."""
+    for mode in ("inline", "process"):
+        x = torch.zeros(128, 1024)
+        with inkling_probe.recording(tmp_path / mode, writer=mode, writer_threads=3):
+            for s in range(2):
+                inkling_probe.step()
+                for i in range(6):
+                    x.fill_(10 * s + i)
+                    inkling_probe.probe("x", x)
+                    inkling_probe.probe("bf", x.bfloat16())
+        d = inkling_probe.open(tmp_path / mode)
+        assert d.complete_through_step() == 1
+        for s in range(2):
+            for i in range(6):
+                assert float(d.array("x", s, call=i)[5, 5]) == 10 * s + i
+                assert d.tensor("bf", s, call=i).dtype == torch.bfloat16
+                assert float(d.tensor("bf", s, call=i)[0, 0]) == 10 * s + i
+
+
+def test_writer_threads_setting_is_validated():
+    from inkling_probe import settings
+    from inkling_probe.errors import SettingsError
+
+    assert settings.make("/tmp/x", writer_threads="auto").writer_threads is None
+    assert settings.make("/tmp/x", writer_threads=2).writer_threads == 2
+    with pytest.raises(SettingsError, match="INKLING_PROBE_WRITER_THREADS='-1'"):
+        settings.make("/tmp/x", writer_threads=-1)
+
+
+def test_plain_h5py_reads_the_original_dtype_of_an_upcast_dataset(tmp_path):
+    import h5py
+
+    with inkling_probe.recording(tmp_path / "d", writer="inline"):
+        inkling_probe.probe("h", torch.ones(256, 512, dtype=torch.bfloat16))
+    seg = next(p for p in os.listdir(tmp_path / "d") if p.endswith(".h5"))
+    with h5py.File(tmp_path / "d" / seg, "r") as f:
+        ds = f["tensors/0/h"]
+        assert dict(ds.attrs) == {"dtype": "bfloat16", "storage": "upcast"} and ds.dtype == np.float32
