@@ -187,28 +187,33 @@ class Recorder:
             if t.is_cuda or self._stager is not None:
                 self._guarded(f"recording {name!r}", lambda: self._staged(row, t))
             else:
-                self._guarded(f"recording {name!r}", lambda: self._write(row, t.contiguous(), None))
+                self._guarded(f"recording {name!r}", lambda: self._write(row, t.contiguous(), None, None))
             self._dirty = True
 
     def _staged(self, row: dict, t) -> None:
         """Copy ``t`` to the host asynchronously; the drain thread writes it (staging.py)."""
         if self._drain is None:
-            from inkling_probe.staging import CudaStager, Drain
-            self._drain = Drain(self._stager or CudaStager(), self._write)
+            from inkling_probe.staging import CudaStager, Drain, StepBatch
+            stager = self._stager or CudaStager()
+            batch = StepBatch(stager, stats=self.settings.mode != "hash") if self._stager is None else None
+            self._drain = Drain(stager, self._write, batch)
         if self._drain.error is not None:
             raise self._drain.error
         self._drain.put(row, t)
 
-    def _write(self, row: dict, host, done) -> None:
+    def _write(self, row: dict, host, done, stats) -> None:
         """Encode a host tensor and hand it to the writer (recording thread or drain thread).
 
         ``done()`` is called once the writer no longer needs ``host`` (None: ``host`` is the model's
-        own tensor, so the writer copies it if it would keep it).
+        own tensor, so the writer copies it if it would keep it). ``stats``: the statistics when
+        computed already (on the GPU), else None.
         """
         array, row["storage"] = encode(host, row["dtype"])
         if done is None and row["storage"] != "native":
             done = _nothing  # encoding made a new array: nobody else holds it
-        stats, store = self.settings.mode != "hash", self.settings.mode == "full"
+        if stats is None:
+            stats = self.settings.mode != "hash"
+        store = self.settings.mode == "full"
         with self._wlock:
             self._writer.add(row, array, stats=stats, store=store, on_stored=done)
 

@@ -10,13 +10,21 @@ to the pool once the writer has copied or written it (``done``, perhaps from a w
 wait until everything queued is with the writer, so a step is on disk when ``step()`` returns,
 as with synchronous copies.
 
+Float32 and bf16 tensors (nearly everything a model records) are not copied one by one: each is
+copied into a slice of one device buffer (:class:`StepBatch`, one kernel that also widens bf16).
+When the buffer fills, the stream changes, a tensor of another kind is probed, or the step ends,
+a few kernels compute every tensor's statistics at once (:func:`segment_stats`) and one copy brings
+buffer and statistics to a pinned host buffer. So the host never makes a pass over the values for
+statistics, and the recording thread launches one kernel per probe.
+
 The device parts (pinned buffers, copies, events) sit behind :class:`CudaStager`; tests drive the
-same queue and thread with a CPU stand-in.
+same queue, thread and batches with CPU stand-ins.
 """
 from __future__ import annotations
 
 import queue
 import threading
+import math
 from collections import OrderedDict
 
 _STOP = object()
@@ -40,26 +48,29 @@ class CudaStager:
         import torch
 
         src = t.float() if t.dtype is torch.bfloat16 else t  # [*t.shape] fp32: bf16 bits << 16
-        host = self._take(src.dtype, tuple(src.shape), src.numel() * src.element_size())
+        host = self.take(src.dtype, tuple(src.shape))
         host.copy_(src, non_blocking=True)
+        return host, (self.record(), [host])
+
+    def record(self):
+        """An event recorded now on the current stream (after the copies just queued)."""
+        import torch
+
         with self._room:
             event = self._events.pop() if self._events else torch.cuda.Event()
         event.record()
-        return host, (event, host)
+        return event
 
     def wait(self, token) -> None:
         token[0].synchronize()
 
     def release(self, token) -> None:
-        event, host = token
-        nbytes = host.numel() * host.element_size()
+        """Give back a token's event and host buffers (the writer has them on disk or copied)."""
+        event, hosts = token
         with self._room:
             self._events.append(event)
-            self._outstanding -= nbytes
-            key = (host.dtype, tuple(host.shape))
-            self._free.setdefault(key, []).append(host)
-            self._free.move_to_end(key)
-            self._free_bytes += nbytes
+            for host in hosts:
+                self._give_back(host)
             while self._free_bytes > self.limit:  # idle buffers past the limit: unpin the oldest
                 old_key, idle = next(iter(self._free.items()))
                 dropped = idle.pop()
@@ -68,11 +79,22 @@ class CudaStager:
                     del self._free[old_key]
             self._room.notify_all()
 
-    def _take(self, dtype, shape: tuple, nbytes: int):
+    def _give_back(self, host) -> None:
+        nbytes = host.numel() * host.element_size()
+        self._outstanding -= nbytes
+        key = (host.dtype, tuple(host.shape))
+        self._free.setdefault(key, []).append(host)
+        self._free.move_to_end(key)
+        self._free_bytes += nbytes
+
+    def take(self, dtype, shape: tuple, wait: bool = True):
+        """A pinned host tensor of this dtype and shape: an idle one, else a new one; waits while
+        ``limit_bytes`` are outstanding (unless told not to: small companions of a buffer taken)."""
         import torch
 
+        nbytes = math.prod(shape) * dtype.itemsize
         with self._room:
-            while self._outstanding + nbytes > self.limit and self._outstanding:
+            while wait and self._outstanding + nbytes > self.limit and self._outstanding:
                 self._room.wait()  # the drain thread frees buffers as it writes
             self._outstanding += nbytes
             idle = self._free.get((dtype, shape))
@@ -85,12 +107,117 @@ class CudaStager:
         return torch.empty(shape, dtype=dtype, pin_memory=nbytes > 0)
 
 
-class Drain:
-    """A thread that writes staged tensors in probe order; its first failure is kept for the caller."""
+class StepBatch:
+    """Float32 and bf16 tensors of consecutive probes in one device buffer of ``capacity`` floats.
 
-    def __init__(self, stager, write):
+    :meth:`append` queues one copy kernel (bf16 widened in it); :meth:`seal` queues the statistics
+    kernels and the copy of everything to one pinned host buffer, and returns what the drain needs.
+    """
+
+    def __init__(self, stager, capacity: int = 16 << 20, stats: bool = True):
+        self.stager, self.capacity, self.stats = stager, capacity, stats
+        self.rows: list[dict] = []
+        self._spans: list[tuple] = []  # (offset, numel, shape) of each tensor in the buffer
+        self._used = 0
+        self._buffer = None  # [capacity] float32 on the batch's device
+        self._stream = None
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def takes(self, t) -> bool:
+        """Can ``t`` ever go into a batch (float32 or bf16, not empty, at most half the buffer)?"""
+        import torch
+
+        return t.dtype in (torch.float32, torch.bfloat16) and 0 < t.numel() <= self.capacity // 2
+
+    def fits(self, t) -> bool:
+        """Can ``t`` join the open batch now (room, same device and stream)?"""
+        if not self.rows:
+            return True
+        return (self._used + t.numel() <= self.capacity and t.device == self._buffer.device
+                and _current_stream(t) == self._stream)
+
+    def append(self, row: dict, t) -> None:
+        import torch
+
+        if not self.rows:
+            self._buffer = torch.empty(self.capacity, dtype=torch.float32, device=t.device)
+            self._stream, self._used = _current_stream(t), 0
+        n = t.numel()
+        self._buffer[self._used: self._used + n].view(t.shape).copy_(t)  # one kernel: gather + widen
+        self._spans.append((self._used, n, tuple(t.shape)))
+        self._used += n
+        self.rows.append(row)
+
+    def seal(self):
+        """Queue statistics and the copy to the host: (rows, host buffer, token, spans, stats or None).
+
+        ``stats`` is a host [k, 5] float64 tensor: per tensor the finite values' sum, sum of squares
+        and absmax, the count of non-finite values and of NaNs; valid once the token's event is.
+        """
+        import torch
+
+        rows, spans, used = self.rows, self._spans, self._used
+        with _on_stream(self._stream):
+            host = self.stager.take(torch.float32, (self.capacity,))
+            host[:used].copy_(self._buffer[:used], non_blocking=True)
+            hosts, stats = [host], None
+            if self.stats:
+                lengths = self.stager.take(torch.int64, (len(spans),), wait=False)
+                lengths.copy_(torch.tensor([n for _, n, _ in spans], dtype=torch.int64))
+                stats = self.stager.take(torch.float64, (len(spans), 5), wait=False)
+                dev_lengths = lengths.to(self._buffer.device, non_blocking=True)
+                stats.copy_(segment_stats(self._buffer[:used], dev_lengths), non_blocking=True)
+                hosts += [lengths, stats]
+            token = (self.stager.record(), hosts)
+        self.rows, self._spans, self._used, self._buffer, self._stream = [], [], 0, None, None
+        return rows, host, token, spans, stats
+
+
+def segment_stats(x, lengths):
+    """Per segment of flat float32 ``x`` ([N], segments of ``lengths`` [k]): [k, 5] float64 of the
+    finite values' sum, sum of squares and absmax, the non-finite count and the NaN count.
+
+    A dozen kernels for every segment at once; sums in float64 (no overflow, ~1e-16 rounding).
+    """
+    import torch
+
+    def per_segment(values, how):
+        return torch.segment_reduce(values, how, lengths=lengths, unsafe=True)
+
+    finite = torch.isfinite(x)
+    clean = torch.where(finite, x, 0.0).double()  # non-finite values out of the sums; 0 never beats absmax
+    return torch.stack([per_segment(clean, "sum"), per_segment(clean * clean, "sum"),
+                        per_segment(clean.abs(), "max"), per_segment((~finite).double(), "sum"),
+                        per_segment(torch.isnan(x).double(), "sum")], dim=1)
+
+
+def _current_stream(t):
+    import torch
+
+    return torch.cuda.current_stream(t.device) if t.is_cuda else None
+
+
+def _on_stream(stream):
+    import contextlib
+
+    import torch
+
+    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+
+
+class Drain:
+    """A thread that writes staged tensors in probe order; its first failure is kept for the caller.
+
+    With a :class:`StepBatch`, float32 and bf16 tensors are gathered into batches (sealed before any
+    other tensor is queued, so the writer still gets every tensor in probe order)."""
+
+    def __init__(self, stager, write, batch: StepBatch | None = None):
         self.stager = stager
-        self._write = write  # write(row, host_tensor, done): encode, hand to the writer; done() once it has it
+        self.batch = batch
+        # write(row, host_tensor, done, stats): encode, hand to the writer; done() once it has it
+        self._write = write
         self._queue: queue.Queue = queue.Queue()
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="inkling-probe-drain", daemon=True)
@@ -98,11 +225,23 @@ class Drain:
 
     def put(self, row: dict, t) -> None:
         """Queue ``t`` (a device tensor) for writing under ``row``."""
+        batch = self.batch
+        if batch is not None and batch.takes(t):
+            if not batch.fits(t):
+                self._seal()
+            batch.append(row, t)
+            return
+        self._seal()
         host, token = self.stager.stage(t)
-        self._queue.put((row, host, token))
+        self._queue.put(("one", row, host, token))
+
+    def _seal(self) -> None:
+        if self.batch is not None and len(self.batch):
+            self._queue.put(("batch", *self.batch.seal()))
 
     def flush(self) -> None:
         """Wait until everything queued so far is with the writer; re-raise a drain failure."""
+        self._seal()
         self._queue.join()
         if self.error is not None:
             raise self.error
@@ -117,20 +256,64 @@ class Drain:
             try:
                 if item is _STOP:
                     return
-                row, host, token = item
-                done = _once(lambda token=token: self.stager.release(token))
-                try:
-                    self.stager.wait(token)
-                    if self.error is None:
-                        self._write(row, host, done)
-                    else:
-                        done()
-                except BaseException as e:  # noqa: BLE001 - kept and raised in the recording thread
-                    done()
-                    if self.error is None:
-                        self.error = e
+                if item[0] == "one":
+                    self._drain_one(*item[1:])
+                else:
+                    self._drain_batch(*item[1:])
             finally:
                 self._queue.task_done()
+
+    def _drain_one(self, row: dict, host, token) -> None:
+        done = _once(lambda: self.stager.release(token))
+        try:
+            self.stager.wait(token)
+            if self.error is None:
+                self._write(row, host, done, None)
+            else:
+                done()
+        except BaseException as e:  # noqa: BLE001 - kept and raised in the recording thread
+            done()
+            self.error = self.error or e
+
+    def _drain_batch(self, rows: list, host, token, spans: list, stats) -> None:
+        """Hand each tensor of a sealed batch to the writer; the buffers go back after the last."""
+        from inkling_probe.store.stats import summary_from_sums
+
+        left = _Countdown(len(rows), lambda: self.stager.release(token))
+        handed = 0
+        try:
+            self.stager.wait(token)
+            sums = stats.numpy() if stats is not None else None
+            for i, (row, (offset, numel, shape)) in enumerate(zip(rows, spans)):
+                if self.error is not None:
+                    break
+                given = summary_from_sums(numel, *sums[i]) if sums is not None else None
+                handed += 1
+                done = _once(left.one)
+                try:
+                    self._write(row, host[offset: offset + numel].view(shape), done, given)
+                except BaseException:
+                    done()  # the writer never took it
+                    raise
+        except BaseException as e:  # noqa: BLE001 - kept and raised in the recording thread
+            self.error = self.error or e
+        finally:
+            for _ in range(len(rows) - handed):
+                left.one()  # tensors never handed over
+
+
+class _Countdown:
+    """Calls ``action`` once ``n`` calls of :meth:`one` have come (from any threads)."""
+
+    def __init__(self, n: int, action):
+        self._left, self._action, self._lock = n, action, threading.Lock()
+
+    def one(self) -> None:
+        with self._lock:
+            self._left -= 1
+            last = self._left == 0
+        if last:
+            self._action()
 
 
 def _once(action):

@@ -40,8 +40,20 @@ def array_stats(array: np.ndarray, storage: str) -> dict:
         if not (np.isfinite(total) and np.isfinite(sq)):  # finite values whose sums overflow
             wide = a.astype(np.float64)
             total, sq = float(wide.sum()), float(np.dot(wide, wide))
-    return {"mean": total / a.size, "rms": (sq / a.size) ** 0.5,
-            "absmax": float(max(a.max(), -a.min())), "nan": nan, "inf": inf}
+    return summary(a.size, total, sq, float(max(a.max(), -a.min())), nan, inf)
+
+
+def summary(finite: int, total: float, sq: float, absmax: float, nan: int, inf: int) -> dict:
+    """The statistics of ``finite`` finite values with this sum, sum of squares and absmax."""
+    if finite == 0:
+        return {**NAN_STATS, "nan": nan, "inf": inf}
+    return {"mean": total / finite, "rms": (sq / finite) ** 0.5, "absmax": absmax, "nan": nan, "inf": inf}
+
+
+def summary_from_sums(numel: int, total: float, sq: float, absmax: float, nonfinite: float, nan: float) -> dict:
+    """Statistics from sums over the finite values computed elsewhere (on the GPU, staging.py)."""
+    nonfinite, nan = int(nonfinite), int(nan)
+    return summary(numel - nonfinite, float(total), float(sq), float(absmax), nan, nonfinite - nan)
 
 
 def content_hash(array: np.ndarray, dtype: str, shape) -> str:

@@ -91,10 +91,11 @@ class SegmentWriter:
         self._groups = {}
         return f
 
-    def add(self, row: dict, array: np.ndarray, *, stats: bool = True, store: bool = True,
+    def add(self, row: dict, array: np.ndarray, *, stats: bool | dict = True, store: bool = True,
             on_stored=None) -> None:
         """Add one tensor: fill in its hash (and stats), store it (own dataset or a pack), index it.
 
+        ``stats``: compute them (True), take them as given (a dict of ``stats.STAT_FIELDS``), or none.
         ``array`` must stay unchanged until ``on_stored()`` is called (at once, or from a job thread
         once its bytes are in the file); without ``on_stored`` it is copied first if a job takes it.
         Any failure (disk full, file size limit, ...) is a one-line :class:`DumpError` naming the key,
@@ -268,10 +269,14 @@ def _failed(row: dict, folder: str, e: BaseException) -> str:
     return f"recording {row['key']!r} (step {row['step']}) in {folder}: {why(e)}"
 
 
-def _summarise(row: dict, array: np.ndarray, stats: bool) -> None:
-    """Fill in the row's content hash and statistics (NaN and -1 counts without ``stats``)."""
+def _summarise(row: dict, array: np.ndarray, stats) -> None:
+    """Fill in the row's content hash and statistics: computed (``stats`` True), given (a dict,
+    computed on the GPU), or none (False: NaN and -1 counts)."""
     row["hash"] = content_hash(array, row["dtype"], array.shape).encode()
-    row.update(array_stats(array, row["storage"]) if stats else {**NAN_STATS, "nan": -1, "inf": -1})
+    if isinstance(stats, dict):
+        row.update(stats)
+    else:
+        row.update(array_stats(array, row["storage"]) if stats else {**NAN_STATS, "nan": -1, "inf": -1})
 
 
 def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:

@@ -84,14 +84,14 @@ class ProcessWriter:
         self._send({"op": "open", "path": os.fspath(path), "rank": rank, "world_size": world_size, **options})
         return self
 
-    def add(self, row: dict, array: np.ndarray, *, stats: bool = True, store: bool = True,
+    def add(self, row: dict, array: np.ndarray, *, stats: bool | dict = True, store: bool = True,
             on_stored=None) -> None:
         """Send one tensor; its bytes are copied (ring or pipe) before this returns."""
         self._send_add(row, array, stats, store)
         if on_stored is not None:
             on_stored()
 
-    def _send_add(self, row: dict, array: np.ndarray, stats: bool, store: bool) -> None:
+    def _send_add(self, row: dict, array: np.ndarray, stats, store: bool) -> None:
         array = np.ascontiguousarray(array)
         header = {"op": "add", "row": row, "np": array.dtype.str, "shape": array.shape,
                   "stats": stats, "store": store}

@@ -3,6 +3,7 @@ pinned-buffer pool, with the device parts (copy engine, events, pinned allocatio
 import threading
 import time
 
+import numpy as np
 import pytest
 import torch
 
@@ -217,3 +218,136 @@ def test_on_gpu_staged_copies_keep_the_value_at_probe_time(tmp_path):
             assert bool((d.tensor("x", s, call=i)[:3] == i + 1).all())
             got = d.tensor("cols", s, call=i)
             assert got.dtype == torch.bfloat16 and tuple(got.shape) == (3, 10) and bool((got == i + 1).all())
+
+
+# -- batches: float32/bf16 tensors gathered into one buffer, statistics computed there ---------------
+def batched_recording(path, monkeypatch, capacity=4096, **kw):
+    """The real CudaStager, StepBatch and Drain on CPU tensors (events and pinning stood in for)."""
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    real_empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, pin_memory=False, **k: real_empty(*a, **k))
+    sink.start(settings.make(path, writer="inline", **kw))
+    rec = sink.active_recorder()
+    stager = staging.CudaStager()
+    rec._stager = stager
+    batch = staging.StepBatch(stager, capacity=capacity, stats=rec.settings.mode != "hash")
+    rec._drain = staging.Drain(stager, rec._write, batch)
+    return rec, stager
+
+
+def mixed_probes(step):
+    """fp32 and bf16 (NaN, inf, huge values), an int tensor between them, an empty one, one larger
+    than half the batch, and a buffer changed in place right after its probe."""
+    g = torch.Generator().manual_seed(step)
+    x = torch.randn(16, 32, generator=g)
+    x[0, :3] = torch.tensor([float("nan"), float("inf"), -float("inf")])
+    inkling_probe.probe("a", x)
+    x.mul_(100)  # the probe kept the value it had
+    inkling_probe.probe("b", (torch.randn(8, 40, generator=g) * 3e30).bfloat16())
+    inkling_probe.probe("ids", torch.arange(7))
+    inkling_probe.probe("c", torch.randn(4, 8, 9, generator=g)[:, 2:5])  # a non-contiguous view
+    inkling_probe.probe("empty", torch.zeros(0, 3))
+    inkling_probe.probe("big", torch.randn(3000, generator=g))  # > capacity / 2: staged alone
+    inkling_probe.probe("all_nan", torch.full((5,), float("nan")))
+    for i in range(40):  # several seals within the step (capacity 4096 floats)
+        inkling_probe.probe("loop", torch.full((200,), float(i)).bfloat16() if i % 2 else torch.full((200,), float(i)))
+
+
+def test_batched_tensors_read_back_bit_exact_with_the_stats_the_host_would_compute(tmp_path, monkeypatch):
+    from inkling_probe.store.stats import array_stats
+
+    sink.start(settings.make(tmp_path / "plain", writer="inline"))
+    for step in range(2):
+        inkling_probe.step()
+        mixed_probes(step)
+    sink.stop()
+    rec, stager = batched_recording(tmp_path / "batched", monkeypatch)
+    for step in range(2):
+        inkling_probe.step()
+        mixed_probes(step)
+    sink.stop()
+    plain, batched = inkling_probe.open(tmp_path / "plain"), inkling_probe.open(tmp_path / "batched")
+    assert [(r["key"], r["step"], r["call"], r["seq"]) for r in batched.index] == \
+        [(r["key"], r["step"], r["call"], r["seq"]) for r in plain.index]  # probe order kept
+    for rp, rb in zip(plain.index, batched.index):
+        assert rp["hash"] == rb["hash"], rb["key"]  # the same stored bytes
+        assert (rp["nan"], rp["inf"]) == (rb["nan"], rb["inf"]), rb["key"]
+        for k in ("mean", "rms", "absmax"):
+            if np.isnan(rp[k]):
+                assert np.isnan(rb[k]), (rb["key"], k)
+            else:
+                assert rb[k] == pytest.approx(rp[k], rel=1e-5, abs=1e-30), (rb["key"], k)
+    a = batched.array("a", 1)
+    assert a.shape == (16, 32) and np.isnan(a[0, 0]) and abs(float(a[1, 1])) < 10  # before the mul_
+    st = array_stats(batched.array("c", 0), "native")
+    assert batched.index[[r["key"] for r in batched.index].index("c")]["mean"] == pytest.approx(st["mean"], rel=1e-5)
+    assert stager._outstanding == 0  # every pinned buffer came back
+
+
+def test_batches_in_hash_mode_skip_statistics(tmp_path, monkeypatch):
+    batched_recording(tmp_path / "d", monkeypatch, mode="hash")
+    inkling_probe.probe("x", torch.ones(10))
+    sink.stop()
+    row = inkling_probe.open(tmp_path / "d").index[0]
+    assert (row["nan"], row["inf"]) == (-1, -1) and len(row["hash"]) == 16
+
+
+def test_a_batch_write_failure_surfaces_and_gives_every_buffer_back(tmp_path, monkeypatch):
+    from inkling_probe.store.writer import SegmentWriter
+
+    rec, stager = batched_recording(tmp_path / "d", monkeypatch)
+    inkling_probe.probe("ok", torch.ones(4))
+    inkling_probe.step()
+
+    def full(self, *a, **k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(SegmentWriter, "_add", full)
+    for i in range(5):
+        inkling_probe.probe("x", torch.ones(4))
+    with pytest.raises(DumpError) as e:
+        inkling_probe.step()
+    assert "disk full" in str(e.value) and "\n" not in str(e.value)
+    sink.stop()
+    assert stager._outstanding == 0
+    assert inkling_probe.open(tmp_path / "d").keys() == ["ok"]
+
+
+def test_segment_stats_match_numpy_on_every_kind_of_segment():
+    from inkling_probe.store.stats import array_stats, summary_from_sums
+
+    g = torch.Generator().manual_seed(0)
+    parts = [torch.randn(100, generator=g), torch.tensor([float("nan"), 1.0, -3.0]),
+             torch.tensor([float("inf")] * 4), torch.randn(1, generator=g) * 1e38, torch.tensor([-2.5e38, 3e38])]
+    x = torch.cat(parts)
+    out = staging.segment_stats(x, torch.tensor([p.numel() for p in parts]))
+    for p, sums in zip(parts, out.numpy()):
+        got, want = summary_from_sums(p.numel(), *sums), array_stats(p.numpy(), "native")
+        assert (got["nan"], got["inf"]) == (want["nan"], want["inf"])
+        for k in ("mean", "rms", "absmax"):
+            assert (np.isnan(got[k]) and np.isnan(want[k])) or got[k] == pytest.approx(want[k], rel=1e-6)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_gpu_batches_store_what_the_cpu_path_stores(tmp_path):
+    """The same tensors probed from the GPU (batched, statistics on the device, one on a side
+    stream) and from the CPU: equal hashes, equal NaN/Inf counts, statistics within 1e-5."""
+    g = torch.Generator().manual_seed(0)
+    tensors = [torch.randn(64, 48, generator=g), (torch.randn(300, generator=g) * 1e30).bfloat16(),
+               torch.tensor([float("nan"), float("inf"), 2.0, -float("inf")]), torch.arange(5),
+               torch.randn(9_000_000, generator=g)]  # > half a batch: staged alone
+    side = torch.cuda.Stream()
+    for where in ("cpu", "cuda"):
+        with inkling_probe.recording(tmp_path / where, writer="inline"):
+            for s in range(2):
+                inkling_probe.step()
+                for i, t in enumerate(tensors):
+                    inkling_probe.probe(f"t{i}", t.to(where))
+                with torch.cuda.stream(side):
+                    inkling_probe.probe("side", tensors[0].to(where) * 2)
+    a, b = inkling_probe.open(tmp_path / "cpu"), inkling_probe.open(tmp_path / "cuda")
+    assert len(a.index) == len(b.index) == 12
+    for ra, rb in zip(a.index, b.index):
+        assert (ra["key"], ra["hash"], ra["nan"], ra["inf"]) == (rb["key"], rb["hash"], rb["nan"], rb["inf"])
+        for k in ("mean", "rms", "absmax"):
+            assert (np.isnan(ra[k]) and np.isnan(rb[k])) or rb[k] == pytest.approx(ra[k], rel=1e-5)
