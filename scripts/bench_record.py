@@ -215,6 +215,22 @@ def read_startup(repeats: int) -> dict:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def disk_rate(total_mb: int = 1024) -> float:
+    """Sustained write rate (MB/s) of the temp dir's disk: ``total_mb`` in 100 MB files, one thread,
+    through the page cache as the recorder writes. Recording at a rate near it is bound by it."""
+    import numpy as np
+
+    root = tempfile.mkdtemp(prefix="bench-disk-")
+    chunk = memoryview(np.ones(25_000_000, np.float32)).cast("B")
+    t0 = time.perf_counter()
+    for i in range(total_mb // 100):
+        with open(os.path.join(root, f"f{i}"), "wb") as f:
+            f.write(chunk)
+    rate = (total_mb // 100) * 100 / (time.perf_counter() - t0)
+    shutil.rmtree(root)
+    return rate
+
+
 def _spread(samples: list[float], base: list[float]) -> str:
     """Median ratio and the interquartile range of per-round ratios."""
     ratios = sorted(s / b for s, b in zip(samples, base))
@@ -317,11 +333,13 @@ def main():
     if args.child_cpus:
         return child_main(args)
     if args.cuda:
+        print(f"disk: {disk_rate():.0f} MB/s sustained write into {tempfile.gettempdir()} (1 GB, 100 MB files)")
         return cuda_main(args.repeats, args.steps)
     available = sorted(os.sched_getaffinity(0))
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     import torch
+    print(f"disk: {disk_rate():.0f} MB/s sustained write into {tempfile.gettempdir()} (1 GB, 100 MB files)")
     print(f"bench_record at {commit}: torch {torch.__version__}, {len(available)} cores available, "
           f"torch threads 1, {args.repeats} interleaved rounds of {args.steps} forwards (recording: until the last "
           "step is on disk); ratio = median [interquartile range of rounds]")
