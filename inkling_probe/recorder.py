@@ -196,7 +196,7 @@ class Recorder:
             from inkling_probe.staging import CudaStager, Drain, StepBatch
             stager = self._stager or CudaStager()
             batch = StepBatch(stager, stats=self.settings.mode != "hash") if self._stager is None else None
-            self._drain = Drain(stager, self._write, batch)
+            self._drain = Drain(stager, self._write, batch, self._write_batch)
         if self._drain.error is not None:
             raise self._drain.error
         self._drain.put(row, t)
@@ -216,6 +216,17 @@ class Recorder:
         store = self.settings.mode == "full"
         with self._wlock:
             self._writer.add(row, array, stats=stats, store=store, on_stored=done)
+
+    def _write_batch(self, rows: list, host, spans: list, sums, done) -> None:
+        """Hand a sealed batch (staging.py) to the writer in one call (drain thread): ``host`` is its
+        float32 host buffer, ``spans`` (offset, numel, shape) where each tensor sits in it, ``sums``
+        their statistics' sums (or None); ``done()`` once the writer no longer needs ``host``."""
+        used = spans[-1][0] + spans[-1][1] if spans else 0
+        for row in rows:  # float32 as it is; bf16 widened on the device: its exact float32 (dtypes.py)
+            row["storage"] = "upcast" if row["dtype"] == "bfloat16" else "native"
+        with self._wlock:
+            self._writer.add_batch(rows, host[:used].numpy(), spans, sums, stats=self.settings.mode != "hash",
+                                   store=self.settings.mode == "full", on_stored=done)
 
     def _guarded_open(self):
         try:

@@ -22,10 +22,12 @@ same queue, thread and batches with CPU stand-ins.
 """
 from __future__ import annotations
 
+import math
 import queue
 import threading
-import math
 from collections import OrderedDict
+
+from inkling_probe.store.batch import once as _once
 
 _STOP = object()
 
@@ -41,6 +43,17 @@ class CudaStager:
         self._events: list = []
         self._outstanding = 0
         self._room = threading.Condition()
+        self._side: dict = {}  # device -> the stream batches are summarised and copied out on
+
+    def side_stream(self, device):
+        """The stream a sealed batch's statistics and copy to the host run on, one per device: the
+        model's stream never waits on them."""
+        import torch
+
+        stream = self._side.get(device)
+        if stream is None:
+            stream = self._side[device] = torch.cuda.Stream(device)
+        return stream
 
     def stage(self, t):
         """Start copying CUDA tensor ``t`` to the host: (host tensor, token to wait on). The host
@@ -120,7 +133,8 @@ class StepBatch:
         self._spans: list[tuple] = []  # (offset, numel, shape) of each tensor in the buffer
         self._used = 0
         self._buffer = None  # [capacity] float32 on the batch's device
-        self._stream = None
+        self._stream = None  # the stream the batch's copies were queued on
+        self._stream_key = None
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -135,15 +149,14 @@ class StepBatch:
         """Can ``t`` join the open batch now (room, same device and stream)?"""
         if not self.rows:
             return True
-        return (self._used + t.numel() <= self.capacity and t.device == self._buffer.device
-                and _current_stream(t) == self._stream)
+        return self._used + t.numel() <= self.capacity and _stream_key(t) == self._stream_key
 
     def append(self, row: dict, t) -> None:
         import torch
 
         if not self.rows:
             self._buffer = torch.empty(self.capacity, dtype=torch.float32, device=t.device)
-            self._stream, self._used = _current_stream(t), 0
+            self._stream, self._stream_key, self._used = _current_stream(t), _stream_key(t), 0
         n = t.numel()
         self._buffer[self._used: self._used + n].view(t.shape).copy_(t)  # one kernel: gather + widen
         self._spans.append((self._used, n, tuple(t.shape)))
@@ -159,7 +172,12 @@ class StepBatch:
         import torch
 
         rows, spans, used = self.rows, self._spans, self._used
-        with _on_stream(self._stream):
+        side = None
+        if self._stream is not None:  # CUDA: the rest on the side stream, after what is queued so far
+            side = self.stager.side_stream(self._buffer.device)
+            side.wait_stream(self._stream)
+            self._buffer.record_stream(side)  # not reused by the model's stream until side is done
+        with _on_stream(side):
             host = self.stager.take(torch.float32, (self.capacity,))
             host[:used].copy_(self._buffer[:used], non_blocking=True)
             hosts, stats = [host], None
@@ -205,6 +223,17 @@ def _current_stream(t):
     return torch.cuda.current_stream(t.device) if t.is_cuda else None
 
 
+def _stream_key(t):
+    """What identifies ``t``'s device and current stream, cheaply (a probe asks for it each call)."""
+    if not t.is_cuda:
+        return None
+    index = t.get_device()
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return (index, raw(index)) if raw is not None else (index, torch.cuda.current_stream(index).cuda_stream)
+
+
 def _on_stream(stream):
     import contextlib
 
@@ -219,11 +248,13 @@ class Drain:
     With a :class:`StepBatch`, float32 and bf16 tensors are gathered into batches (sealed before any
     other tensor is queued, so the writer still gets every tensor in probe order)."""
 
-    def __init__(self, stager, write, batch: StepBatch | None = None):
+    def __init__(self, stager, write, batch: StepBatch | None = None, write_batch=None):
         self.stager = stager
         self.batch = batch
         # write(row, host_tensor, done, stats): encode, hand to the writer; done() once it has it
         self._write = write
+        # write_batch(rows, host_buffer, spans, sums, done): a sealed batch, likewise (with batch only)
+        self._write_batch = write_batch
         self._queue: queue.Queue = queue.Queue()
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="inkling-probe-drain", daemon=True)
@@ -282,54 +313,15 @@ class Drain:
             self.error = self.error or e
 
     def _drain_batch(self, rows: list, host, token, spans: list, stats) -> None:
-        """Hand each tensor of a sealed batch to the writer; the buffers go back after the last."""
-        from inkling_probe.store.stats import summary_from_sums
-
-        left = _Countdown(len(rows), lambda: self.stager.release(token))
-        handed = 0
+        """Hand a sealed batch to the writer in one call; its buffers go back once it is stored."""
+        done = _once(lambda: self.stager.release(token))
         try:
             self.stager.wait(token)
-            sums = stats.numpy() if stats is not None else None
-            for i, (row, (offset, numel, shape)) in enumerate(zip(rows, spans)):
-                if self.error is not None:
-                    break
-                given = summary_from_sums(numel, *sums[i]) if sums is not None else None
-                handed += 1
-                done = _once(left.one)
-                try:
-                    self._write(row, host[offset: offset + numel].view(shape), done, given)
-                except BaseException:
-                    done()  # the writer never took it
-                    raise
+            if self.error is None:
+                sums = stats.numpy() if stats is not None else None
+                self._write_batch(rows, host, spans, sums, done)
+            else:
+                done()
         except BaseException as e:  # noqa: BLE001 - kept and raised in the recording thread
+            done()
             self.error = self.error or e
-        finally:
-            for _ in range(len(rows) - handed):
-                left.one()  # tensors never handed over
-
-
-class _Countdown:
-    """Calls ``action`` once ``n`` calls of :meth:`one` have come (from any threads)."""
-
-    def __init__(self, n: int, action):
-        self._left, self._action, self._lock = n, action, threading.Lock()
-
-    def one(self) -> None:
-        with self._lock:
-            self._left -= 1
-            last = self._left == 0
-        if last:
-            self._action()
-
-
-def _once(action):
-    """``action`` wrapped to run at most once, from whichever thread calls first."""
-    lock, ran = threading.Lock(), [False]
-
-    def run():
-        with lock:
-            if ran[0]:
-                return
-            ran[0] = True
-        action()
-    return run

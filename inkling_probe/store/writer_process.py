@@ -92,9 +92,21 @@ class ProcessWriter:
             on_stored()
 
     def _send_add(self, row: dict, array: np.ndarray, stats, store: bool) -> None:
-        array = np.ascontiguousarray(array)
-        header = {"op": "add", "row": row, "np": array.dtype.str, "shape": array.shape,
-                  "stats": stats, "store": store}
+        self._send_payload({"op": "add", "row": row, "stats": stats, "store": store}, np.ascontiguousarray(array))
+
+    def add_batch(self, rows: list, flat: np.ndarray, spans: list, sums: np.ndarray | None = None, *,
+                  stats: bool = True, store: bool = True, on_stored=None) -> None:
+        """Send a batch's tensors (store/batch.py) in one message: ``flat``'s bytes are copied into
+        the ring (or the pipe) once, and the writer splits them; ``on_stored()`` once copied."""
+        header = {"op": "batch", "rows": rows, "spans": spans, "stats": stats, "store": store,
+                  "sums": None if sums is None else np.ascontiguousarray(sums, dtype=np.float64).tobytes()}
+        self._send_payload(header, np.ascontiguousarray(flat).reshape(-1))
+        if on_stored is not None:
+            on_stored()
+
+    def _send_payload(self, header: dict, array: np.ndarray) -> None:
+        """Send ``header`` with ``array`` (described in it): through the ring when it fits there."""
+        header.update(np=array.dtype.str, shape=array.shape)
         self._ring_status(block=False)
         if self._ring is not None and _RING_MIN_BYTES <= array.nbytes <= self._ring.size // 2:
             header["ring"] = (*self._ring.put(array, self._wait_for_ring), array.nbytes)  # pos, end, n
@@ -248,15 +260,20 @@ def _apply(stdin, stdout, ring, writer, done, SegmentWriter):
             writer.end_segment(complete_through_step=done)
         return writer, done, True
     op = msg["op"]
-    if op == "add":
+    if op in ("add", "batch"):
         where = msg.get("ring")
         if where is None:
             array = np.frombuffer(payload, dtype=np.dtype(msg["np"])).reshape(msg["shape"])
         else:
             array = ring.view(where[0], where[2], msg["np"], msg["shape"])
         # the ring's space is free again once add() (or its job) has copied or written the data
-        writer.add(msg["row"], array, stats=msg["stats"], store=msg["store"],
-                   on_stored=_owned if where is None else ring.pending(where[1]))
+        on_stored = _owned if where is None else ring.pending(where[1])
+        if op == "add":
+            writer.add(msg["row"], array, stats=msg["stats"], store=msg["store"], on_stored=on_stored)
+        else:
+            sums = None if msg["sums"] is None else np.frombuffer(msg["sums"], dtype=np.float64).reshape(-1, 5)
+            writer.add_batch(msg["rows"], array, msg["spans"], sums, stats=msg["stats"], store=msg["store"],
+                             on_stored=on_stored)
     elif op == "open":
         args = {k: v for k, v in msg.items() if k not in ("op", "path", "rank", "world_size")}
         writer = SegmentWriter(msg["path"], msg["rank"], msg["world_size"], **args)

@@ -221,17 +221,17 @@ def test_on_gpu_staged_copies_keep_the_value_at_probe_time(tmp_path):
 
 
 # -- batches: float32/bf16 tensors gathered into one buffer, statistics computed there ---------------
-def batched_recording(path, monkeypatch, capacity=4096, **kw):
+def batched_recording(path, monkeypatch, capacity=4096, writer="inline", **kw):
     """The real CudaStager, StepBatch and Drain on CPU tensors (events and pinning stood in for)."""
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     real_empty = torch.empty
     monkeypatch.setattr(torch, "empty", lambda *a, pin_memory=False, **k: real_empty(*a, **k))
-    sink.start(settings.make(path, writer="inline", **kw))
+    sink.start(settings.make(path, writer=writer, **kw))
     rec = sink.active_recorder()
     stager = staging.CudaStager()
     rec._stager = stager
     batch = staging.StepBatch(stager, capacity=capacity, stats=rec.settings.mode != "hash")
-    rec._drain = staging.Drain(stager, rec._write, batch)
+    rec._drain = staging.Drain(stager, rec._write, batch, rec._write_batch)
     return rec, stager
 
 
@@ -253,15 +253,22 @@ def mixed_probes(step):
         inkling_probe.probe("loop", torch.full((200,), float(i)).bfloat16() if i % 2 else torch.full((200,), float(i)))
 
 
-def test_batched_tensors_read_back_bit_exact_with_the_stats_the_host_would_compute(tmp_path, monkeypatch):
+@pytest.mark.parametrize("writer", ["inline", "process", "process-ring"])
+def test_batched_tensors_read_back_bit_exact_with_the_stats_the_host_would_compute(tmp_path, monkeypatch, writer):
+    """A batch goes to the writer in one call (one message to a writer process, through the pipe or
+    the shared ring, split there)."""
+    from inkling_probe.store import writer_process
     from inkling_probe.store.stats import array_stats
+
+    if writer == "process-ring":
+        monkeypatch.setattr(writer_process, "_RING_MIN_BYTES", 0)  # these small batches too
 
     sink.start(settings.make(tmp_path / "plain", writer="inline"))
     for step in range(2):
         inkling_probe.step()
         mixed_probes(step)
     sink.stop()
-    rec, stager = batched_recording(tmp_path / "batched", monkeypatch)
+    rec, stager = batched_recording(tmp_path / "batched", monkeypatch, writer=writer.split("-")[0])
     for step in range(2):
         inkling_probe.step()
         mixed_probes(step)

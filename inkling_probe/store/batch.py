@@ -1,0 +1,82 @@
+"""A batch: several tensors of one stored dtype laid end to end in one flat array.
+
+The recorder gathers a stretch of float32/bf16 CUDA tensors into one device buffer and brings it to
+the host in one copy (staging.py); the writer gets the whole batch in one call
+(``add_batch``), so the recording process pays one hand-over per batch, not one per tensor. Here:
+splitting a batch back into its tensors, and the countdown that frees the batch's buffer once the
+writer has stored the last of them.
+
+numpy only: this runs in the writer process too.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from inkling_probe.store.stats import summary_from_sums
+
+
+class Countdown:
+    """Calls ``action`` once ``n`` calls of :meth:`one` have come (from any threads); at once if
+    ``n`` is 0."""
+
+    def __init__(self, n: int, action):
+        self._left, self._action, self._lock = n, action, threading.Lock()
+        if n == 0:
+            action()
+
+    def one(self) -> None:
+        with self._lock:
+            self._left -= 1
+            last = self._left == 0
+        if last:
+            self._action()
+
+
+def split(rows: list, flat: np.ndarray, spans: list, sums: np.ndarray | None, stats: bool):
+    """(row, tensor view, stats) for each tensor of a batch, in order.
+
+    ``spans``: (offset, numel, shape) of each tensor in ``flat``; ``sums``: [k, 5] float64 sums per
+    tensor (``staging.segment_stats``), turned into the statistics the writer takes as given; without
+    them, ``stats`` says whether the writer computes statistics itself.
+    """
+    for i, (row, (offset, numel, shape)) in enumerate(zip(rows, spans)):
+        given = summary_from_sums(numel, *sums[i]) if sums is not None else stats
+        yield row, flat[offset: offset + numel].reshape(shape), given
+
+
+def add_each(add, rows: list, flat: np.ndarray, spans: list, sums, stats: bool, store: bool, on_stored) -> None:
+    """Hand a batch's tensors one by one to ``add(row, array, stats=, store=, on_stored=)``;
+    ``on_stored()`` once every tensor's bytes are stored, also when an add fails part-way."""
+    left = Countdown(len(rows), on_stored or _nothing)
+    handed = 0
+    try:
+        for row, array, given in split(rows, flat, spans, sums, stats):
+            handed += 1
+            done = once(left.one)  # a failing add may or may not have called it
+            try:
+                add(row, array, stats=given, store=store, on_stored=done)
+            except BaseException:
+                done()
+                raise
+    finally:
+        for _ in range(len(rows) - handed):
+            left.one()  # tensors never handed over
+
+
+def once(action):
+    """``action`` wrapped to run at most once, from whichever thread calls first."""
+    lock, ran = threading.Lock(), [False]
+
+    def run():
+        with lock:
+            if ran[0]:
+                return
+            ran[0] = True
+        action()
+    return run
+
+
+def _nothing() -> None:
+    pass
