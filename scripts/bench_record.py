@@ -295,13 +295,26 @@ def cuda_main(repeats: int, steps: int) -> None:
         recs[writer] = (ctx, ctx.__enter__())
         inkling_probe.sink._RECORDER = None
 
+    waits = {writer: [] for writer in recs}  # per run: seconds spent in step() waiting for the disk
+
     def recorded(writer):
+        rec = recs[writer][1]
+        next_step = rec.next_step
+
+        def timed_step():
+            t0 = time.perf_counter()
+            next_step()
+            waits[writer][-1] += time.perf_counter() - t0
+
         def run():
-            inkling_probe.sink._RECORDER = recs[writer][1]
+            inkling_probe.sink._RECORDER = rec
+            waits[writer].append(0.0)
+            rec.next_step = timed_step
             for _ in range(steps):
                 model(ids)  # calls step(), which waits for the previous step to be on disk
             inkling_probe.step()  # the last step on disk
             torch.cuda.synchronize()
+            del rec.next_step
             inkling_probe.sink._RECORDER = None
         return run
     with torch.no_grad():
@@ -317,6 +330,9 @@ def cuda_main(repeats: int, steps: int) -> None:
           f"stored/forward, {steps} forwards a run: plain {statistics.median(t['plain']) / steps * 1e3:.1f} ms/forward | "
           f"recorded inline {_spread(t['inline'], t['plain'])} | "
           f"recorded process {_spread(t['process'], t['plain'])}  (target < 2x)")
+    per_forward = {w: statistics.median(ws[1:]) / steps * 1e3 for w, ws in waits.items()}  # [0]: warm-up
+    print("of which waiting in step() for the previous step to be on disk: "
+          + ", ".join(f"{w} {ms:.1f} ms/forward" for w, ms in per_forward.items()))
 
 
 def main():
