@@ -16,7 +16,7 @@ import torch
 from inkling_probe.errors import DumpError, ProbeError, SettingsError
 from inkling_probe.settings import MAX_RANK, Settings, rank_from_env
 from inkling_probe.store import schema
-from inkling_probe.store.dtypes import dtype_name, encode
+from inkling_probe.store.dtypes import dtype_name, encode, float32_copy_storage
 
 
 def current_rank() -> tuple[int, int]:
@@ -222,8 +222,8 @@ class Recorder:
         float32 host buffer, ``spans`` (offset, numel, shape) where each tensor sits in it, ``sums``
         their statistics' sums (or None); ``done()`` once the writer no longer needs ``host``."""
         used = spans[-1][0] + spans[-1][1] if spans else 0
-        for row in rows:  # float32 as it is; bf16 widened on the device: its exact float32 (dtypes.py)
-            row["storage"] = "upcast" if row["dtype"] == "bfloat16" else "native"
+        for row in rows:
+            row["storage"] = float32_copy_storage(row["dtype"])
         with self._wlock:
             self._writer.add_batch(rows, host[:used].numpy(), spans, sums, stats=self.settings.mode != "hash",
                                    store=self.settings.mode == "full", on_stored=done)

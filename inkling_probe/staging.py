@@ -22,6 +22,7 @@ same queue, thread and batches with CPU stand-ins.
 """
 from __future__ import annotations
 
+import functools
 import math
 import queue
 import threading
@@ -228,10 +229,16 @@ def _stream_key(t):
     if not t.is_cuda:
         return None
     index = t.get_device()
+    return index, _raw_stream()(index)
+
+
+@functools.cache
+def _raw_stream():
+    """device index -> its current stream's handle: torch's raw getter where it has one."""
     import torch
 
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    return (index, raw(index)) if raw is not None else (index, torch.cuda.current_stream(index).cuda_stream)
+    return raw or (lambda index: torch.cuda.current_stream(index).cuda_stream)
 
 
 def _on_stream(stream):
@@ -253,7 +260,8 @@ class Drain:
         self.batch = batch
         # write(row, host_tensor, done, stats): encode, hand to the writer; done() once it has it
         self._write = write
-        # write_batch(rows, host_buffer, spans, sums, done): a sealed batch, likewise (with batch only)
+        # write_batch(rows, host_buffer, spans, sums, done): a sealed batch, likewise (with batch
+        # only); it calls done() once, also when it fails
         self._write_batch = write_batch
         self._queue: queue.Queue = queue.Queue()
         self.error: BaseException | None = None
@@ -317,11 +325,13 @@ class Drain:
         done = _once(lambda: self.stager.release(token))
         try:
             self.stager.wait(token)
-            if self.error is None:
-                sums = stats.numpy() if stats is not None else None
-                self._write_batch(rows, host, spans, sums, done)
-            else:
-                done()
         except BaseException as e:  # noqa: BLE001 - kept and raised in the recording thread
+            self.error = self.error or e
+        if self.error is not None:
             done()
+            return
+        try:  # from here done() is the writer's to call, also when it fails part-way (jobs may
+            # still be writing tensors of the batch it took)
+            self._write_batch(rows, host, spans, stats.numpy() if stats is not None else None, done)
+        except BaseException as e:  # noqa: BLE001
             self.error = self.error or e

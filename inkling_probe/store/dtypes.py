@@ -69,8 +69,8 @@ def encode(t: torch.Tensor, original: str | None = None) -> tuple[np.ndarray, st
     tensor widened to float32 on the device, staging.py).
     """
     dtype = t.dtype
-    if original == "bfloat16" and dtype is torch.float32:
-        return t.numpy(), "upcast"
+    if original is not None and dtype is torch.float32:
+        return t.numpy(), float32_copy_storage(original)
     if dtype in NATIVE:
         return t.numpy(), "native"
     if dtype is torch.bfloat16:  # bf16 bits are the top half of the fp32 bits: one widening pass
@@ -83,6 +83,12 @@ def encode(t: torch.Tensor, original: str | None = None) -> tuple[np.ndarray, st
     if dtype is FP4X2:
         return t.view(torch.uint8).numpy(), "raw"
     raise TypeError(f"dtype {dtype_name(dtype)} is not supported by the store")
+
+
+def float32_copy_storage(original: str) -> str:
+    """The storage kind of a float32 host copy of a tensor recorded as ``original``: float32 itself
+    ('native') or bf16 widened on the device ('upcast', its exact float32)."""
+    return "upcast" if original == "bfloat16" else "native"
 
 
 def decode(array: np.ndarray, dtype_name_: str) -> torch.Tensor:

@@ -114,7 +114,8 @@ class SegmentWriter:
                   stats: bool = True, store: bool = True, on_stored=None) -> None:
         """Add the tensors of a batch (store/batch.py): ``flat`` holds them end to end at ``spans``
         ((offset, numel, shape) each); ``sums`` ([k, 5], or None) are their statistics' sums.
-        ``on_stored()`` once every one is stored; ``flat`` must stay unchanged until then."""
+        ``on_stored()`` once every one is stored, also after a failure part-way (then once the tensors
+        already handed to jobs are written); ``flat`` must stay unchanged until then."""
         add_each(self.add, rows, flat, spans, sums, stats, store, on_stored)
 
     def _add(self, row: dict, array: np.ndarray, stats: bool, store: bool, on_stored) -> None:

@@ -97,12 +97,15 @@ class ProcessWriter:
     def add_batch(self, rows: list, flat: np.ndarray, spans: list, sums: np.ndarray | None = None, *,
                   stats: bool = True, store: bool = True, on_stored=None) -> None:
         """Send a batch's tensors (store/batch.py) in one message: ``flat``'s bytes are copied into
-        the ring (or the pipe) once, and the writer splits them; ``on_stored()`` once copied."""
+        the ring (or the pipe) once, and the writer splits them; ``on_stored()`` once copied (or
+        the send failed)."""
         header = {"op": "batch", "rows": rows, "spans": spans, "stats": stats, "store": store,
                   "sums": None if sums is None else np.ascontiguousarray(sums, dtype=np.float64).tobytes()}
-        self._send_payload(header, np.ascontiguousarray(flat).reshape(-1))
-        if on_stored is not None:
-            on_stored()
+        try:
+            self._send_payload(header, np.ascontiguousarray(flat).reshape(-1))
+        finally:  # copied, or never to be read: either way ``flat`` is free
+            if on_stored is not None:
+                on_stored()
 
     def _send_payload(self, header: dict, array: np.ndarray) -> None:
         """Send ``header`` with ``array`` (described in it): through the ring when it fits there."""
