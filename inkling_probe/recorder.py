@@ -110,7 +110,10 @@ class Recorder:
         if self._drain is not None:
             self._drain.flush()
         with self._wlock:
-            self._writer.end_segment(self.step_id)
+            if self.settings.durability == "writer" and self.mode == "process":
+                self._writer.end_segment(self.step_id, wait=False)  # the step before is on disk
+            else:
+                self._writer.end_segment(self.step_id)
 
     def close(self, interrupted: bool = False) -> None:
         """Finish the last segment; ``interrupted``: the current step did not complete (an exception)."""

@@ -15,6 +15,7 @@ from inkling_probe.errors import SettingsError
 
 MODES = ("full", "stats", "hash")
 COMPRESSIONS = ("none", "gzip")
+DURABILITIES = ("disk", "writer")
 WRITERS = ("auto", "process", "inline")
 MAX_RANK = 99_999  # segment names hold 5 rank digits
 
@@ -36,6 +37,12 @@ VARIABLES = {
     "INKLING_PROBE_WRITER_THREADS": "threads that hash, summarise and write large tensors in parallel "
                                     "(default: 'auto' = the cores beyond 2, at most 4; 0: the writer's own "
                                     "thread does it all)",
+    "INKLING_PROBE_DURABILITY": "disk (default: step() returns once the step just ended is on disk; "
+                                "every completed step survives any kill) | writer (process writer: "
+                                "step() returns once that step is with the writer process and the one "
+                                "before it on disk; a crash or kill of the model process loses nothing, "
+                                "a kill of the writer too, e.g. of the whole process group, may lose the "
+                                "last step; faster on GPU)",
     "INKLING_PROBE_RUN": "run id shared by every rank of one launch (default: torchrun's, Slurm's, or "
                          "derived from the launcher process); letters, digits, '_' only",
     "INKLING_PROBE_COMPRESS": "none (default) | gzip (stock HDF5 deflate-1 + shuffle, tensors >= 1 MiB)",
@@ -86,6 +93,7 @@ class Settings:
     pack_kb: float = 256.0
     writer: str = "auto"
     writer_threads: int | None = None  # None: auto (store/writer.py default_workers)
+    durability: str = "disk"  # "writer": step() waits for the step before, not this one (process writer)
     run: str = ""
 
     def wants(self, name: str) -> bool:
@@ -197,6 +205,7 @@ _PARSERS = {
     "writer": ("INKLING_PROBE_WRITER", lambda v, t: _choice(v, t, WRITERS)),
     "compress": ("INKLING_PROBE_COMPRESS", lambda v, t: _choice(v, t, COMPRESSIONS)),
     "writer_threads": ("INKLING_PROBE_WRITER_THREADS", lambda v, t: _threads(v, t)),
+    "durability": ("INKLING_PROBE_DURABILITY", lambda v, t: _choice(v, t, DURABILITIES)),
     "run": ("INKLING_PROBE_RUN", lambda v, t: _run_id(v, t)),
 }
 

@@ -71,7 +71,9 @@ class CudaStager:
         import torch
 
         with self._room:
-            event = self._events.pop() if self._events else torch.cuda.Event()
+            # blocking: the drain thread sleeps in synchronize() instead of spinning on a core that
+            # the model's launches and the writer process need (scripts/bench_record_parts.py)
+            event = self._events.pop() if self._events else torch.cuda.Event(blocking=True)
         event.record()
         return event
 

@@ -101,8 +101,18 @@ for tag in ("m.fwd", "m.step", "m.flush", "m.ack", "d.batch", "d.wait", "d.ringw
     s = spans(allev, tag)
     tot = sum(b - a for a, b in s)
     print(f"{tag:12s} n={len(s):4d} total {tot*1e3:8.1f} ms  per step {tot/N*1e3:7.2f} ms")
-jobs = spans(allev, "job")  # several threads: pairs are approximate
-print("jobs", len(jobs), "sum job time per step %.1f ms" % (sum(b-a for a,b in jobs)/N*1e3))
+jobs = []  # (start, end, bytes) per job, paired by thread
+_open = {}
+for t, g, k in allev:
+    if g == "job<": _open[k["thread"]] = t
+    elif g == "job>" and k["thread"] in _open: jobs.append((_open.pop(k["thread"]), t, k["bytes"]))
+busy = sum(b - a for a, b, _ in jobs)
+print(f"jobs {len(jobs)}: thread time per step {busy / N * 1e3:.1f} ms, {sum(n for *_, n in jobs) / N / 1e6:.0f} MB "
+      f"per step, {sum(n for *_, n in jobs) / max(busy, 1e-9) / 1e9:.2f} GB/s per busy thread")
+for a, b in spans(allev, "w.end"):  # what the jobs still had to do once the step's end arrived
+    left = [(max(s0, a), e0, n) for s0, e0, n in jobs if e0 > a and s0 < b]
+    print(f"  end of a step: {len(left)} jobs ({sum(n for *_, n in left) / 1e6:.0f} MB) still running or queued, "
+          f"end took {(b - a) * 1e3:.1f} ms, job threads busy {sum(e0 - s0 for s0, e0, _ in left) * 1e3:.1f} ms in it")
 # a compact timeline of step 3
 marks = [e for e in allev if e[1] in ("m.fwd<","m.fwd>","m.step<","m.step>","m.flush>","m.seal<","d.batch<","d.batch>","w.end<","w.jobswait>","w.finish<","w.finish>","m.ack>")]
 base = marks[0][0]

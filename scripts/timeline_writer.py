@@ -6,6 +6,7 @@ import json
 import os
 import runpy
 import sys
+import threading
 import time
 
 
@@ -22,13 +23,32 @@ def timed(cls, name: str, tag: str, events: list) -> None:
     setattr(cls, name, call)
 
 
+def timed_jobs(jobs_cls, events: list) -> None:
+    """Patch ``_Jobs.submit`` and ``_run`` to log ("job.submit" | "job<" | "job>", {bytes, thread})."""
+    submit, run = jobs_cls.submit, jobs_cls._run
+
+    def logged_submit(self, row, array, *a, **k):
+        events.append((time.monotonic(), "job.submit", {"bytes": int(array.nbytes)}))
+        return submit(self, row, array, *a, **k)
+
+    def logged_run(self, row, array, *a, **k):
+        info = {"bytes": int(array.nbytes), "thread": threading.get_ident()}
+        events.append((time.monotonic(), "job<", info))
+        try:
+            return run(self, row, array, *a, **k)
+        finally:
+            events.append((time.monotonic(), "job>", info))
+    jobs_cls.submit, jobs_cls._run = logged_submit, logged_run
+
+
 def main() -> None:
     from inkling_probe.store import writer as W
 
     events = []
+    timed_jobs(W._Jobs, events)
     for cls, name, tag in ((W.SegmentWriter, "add", "w.add"), (W.SegmentWriter, "end_segment", "w.end"),
                            (W.SegmentWriter, "_finish", "w.finish"), (W._Jobs, "wait", "w.jobswait"),
-                           (W.SegmentWriter, "_create_dataset", "w.create"), (W._Jobs, "_run", "job")):
+                           (W.SegmentWriter, "_create_dataset", "w.create")):
         timed(cls, name, tag, events)
     out = os.environ.get("WPROF_OUT", "/tmp")
     atexit.register(lambda: json.dump(events, open(f"{out}/wev_{os.getpid()}.json", "w")))

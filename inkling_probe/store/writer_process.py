@@ -64,6 +64,7 @@ class ProcessWriter:
         _grow_pipe(self._fd)
         self._batch = bytearray()
         self._closed = False
+        self._unacked = 0  # segment ends sent whose acknowledgement was not read yet
 
     def _ring_status(self, block: bool) -> None:
         """Read the writer's first line, 'ring ok SIZE' or 'ring none REASON', once it is there."""
@@ -124,18 +125,26 @@ class ProcessWriter:
             raise WriterDied(self._why())
         backoff()
 
-    def end_segment(self, complete_through_step: int) -> None:
+    def end_segment(self, complete_through_step: int, wait: bool = True) -> None:
+        """End the segment: its files are renamed into place when this returns. With ``wait=False``
+        this returns once the end is sent (the writer process holds every tensor before it), after
+        the acknowledgement of any earlier end: at most one segment end is in flight."""
+        self._acks_due()
         self._send({"op": "end", "step": complete_through_step})
         self._flush()
-        self._ack()
+        self._unacked += 1
+        if wait:
+            self._acks_due()
 
     def close(self, complete_through_step: int) -> None:
         if self._closed:
             return
         self._closed = True
+        self._acks_due()
         self._send({"op": "close", "step": complete_through_step})
         self._flush()
-        self._ack()
+        self._unacked += 1
+        self._acks_due()
         self._proc.stdin.close()
         self._proc.wait()
         if self._ring is not None:
@@ -176,6 +185,12 @@ class ProcessWriter:
         except (BrokenPipeError, OSError):
             raise WriterDied(self._why()) from None
 
+    def _acks_due(self) -> None:
+        """Wait for the writer's acknowledgement of every segment end sent so far."""
+        while self._unacked:
+            self._unacked -= 1
+            self._ack()
+
     def _ack(self) -> None:
         self._ring_status(block=True)
         line = self._proc.stdout.readline().decode().strip()
@@ -184,7 +199,11 @@ class ProcessWriter:
 
     def _why(self) -> str:
         self._ring_status(block=True)
-        line = self._proc.stdout.readline().decode().strip() if self._proc.stdout else ""
+        line = ""
+        while self._proc.stdout:  # acknowledgements not yet read come first
+            line = self._proc.stdout.readline().decode().strip()
+            if line != "ok":
+                break
         code = self._proc.wait()
         return line.removeprefix("err ") or f"inkling-probe writer process exited with code {code}"
 

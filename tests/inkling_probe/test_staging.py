@@ -111,6 +111,9 @@ def test_probes_from_threads_through_the_drain(tmp_path):
 class FakeEvent:
     recorded = 0
 
+    def __init__(self, blocking=False):
+        self.blocking = blocking
+
     def record(self):
         FakeEvent.recorded += 1
 

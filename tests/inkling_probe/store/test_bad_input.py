@@ -215,6 +215,7 @@ BAD_ENV = [
     ("INKLING_PROBE_PACK_KB", "lots", "expected a number"),
     ("INKLING_PROBE_WRITER", "thread", "expected one of auto|process|inline"),
     ("INKLING_PROBE_COMPRESS", "zstd", "expected one of none|gzip"),
+    ("INKLING_PROBE_DURABILITY", "fsync", "expected one of disk|writer"),
     ("INKLING_PROBE_FOO", "1", "unknown variable"),
     ("INKLING_PROBE_SEGMENT_MB", "inf", "must be a finite number"),
     ("INKLING_PROBE_PACK_KB", "inf", "must be a finite number"),

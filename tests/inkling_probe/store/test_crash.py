@@ -93,9 +93,9 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(torch.uint8) if t.numel() else t
 
 
-def _start(path, writer, *, handshake, pause):
+def _start(path, writer, *, handshake, pause, env=None):
     script = inspect.getsource(step_tensors) + f"PAUSE_AT = {PAUSE_AT}\n" + CHILD_MAIN
-    env = {**os.environ, "INKLING_PROBE": str(path), "INKLING_PROBE_WRITER": writer}
+    env = {**os.environ, "INKLING_PROBE": str(path), "INKLING_PROBE_WRITER": writer, **(env or {})}
     return subprocess.Popen([sys.executable, "-c", script, "1" if handshake else "0", str(pause)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=env, start_new_session=True)
@@ -117,10 +117,10 @@ def _live_group_members(pgid: int) -> list[int]:
     return pids
 
 
-def run_and_kill(path, writer, *, at, whole_group, handshake=True, pause=0.0, delay=0.0):
+def run_and_kill(path, writer, *, at, whole_group, handshake=True, pause=0.0, delay=0.0, env=None):
     """Run the child until it prints ``at`` (e.g. ``("done", 3)``), wait ``delay`` s, SIGKILL it
     (with ``whole_group``: its writer process too); return the last step it said was ``done``."""
-    child = _start(path, writer, handshake=handshake, pause=pause)
+    child = _start(path, writer, handshake=handshake, pause=pause, env=env)
     last_done = -1
     try:
         for line in child.stdout:
@@ -150,7 +150,8 @@ def run_and_kill(path, writer, *, at, whole_group, handshake=True, pause=0.0, de
 
 def check_dump(path, last_done, *, partial_last_step_allowed):
     """Every step < last_done is there with all its keys; every stored tensor is bit-exact; steps
-    are 0..m-1 and only the last may be partial (a prefix in execution order). Returns the dump."""
+    are 0..m-1 and only the last may be partial (a prefix in execution order). Returns the dump.
+    (Pass ``last_done - 1`` where one finished step may still be on its way to the disk.)"""
     d = inkling_probe.open(path)
     by_step: dict[int, list[str]] = {}
     for r in d.index:
@@ -211,6 +212,31 @@ def test_surviving_writer_keeps_the_crashed_steps_tensors(tmp_path):
     step2 = [r["key"] for r in d.index if r["step"] == 2]
     assert NAMES[BIG] in step2 and len(step2) < N_TENSORS
     assert d.complete_through_step() == 1 and d.unfinished == []
+
+
+# -- INKLING_PROBE_DURABILITY=writer: step() waits for the step before, not the one just ended ----
+WRITER_DURABLE = {"INKLING_PROBE_DURABILITY": "writer"}
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_writer_durability_keeps_every_step_when_the_model_process_dies(tmp_path, seed):
+    """Only the recording process killed (its writer process lives on): every step it said was done
+    is on disk, as with the default durability, whatever moment the kill hit."""
+    delay = random.Random(seed).uniform(0.0, 0.25)
+    last = run_and_kill(tmp_path / "d", "process", at=("done", 3), whole_group=False, handshake=False,
+                        pause=0.1, delay=delay, env=WRITER_DURABLE)
+    d = check_dump(tmp_path / "d", last, partial_last_step_allowed=True)
+    assert d.unfinished == []
+
+
+def test_writer_durability_loses_at_most_the_last_step_when_the_writer_dies_too(tmp_path):
+    """The whole group killed right after step() returned for step k: steps before k-1 are on disk
+    (step() waited for them); step k-1 may be missing, never part of a step other than the last."""
+    k = 3
+    last = run_and_kill(tmp_path / "d", "process", at=("done", k), whole_group=True, env=WRITER_DURABLE)
+    d = check_dump(tmp_path / "d", last - 1, partial_last_step_allowed=False)
+    assert last == k and d.steps(NAMES[0])[: k - 1] == list(range(k - 1))
+    assert d.complete_through_step() >= k - 2
 
 
 def _one_line_dump_error(path) -> str:

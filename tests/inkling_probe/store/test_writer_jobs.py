@@ -13,8 +13,8 @@ from inkling_probe.store import ring, schema
 from inkling_probe.store.writer import SegmentWriter
 
 
-def row(key, array, step=0, call=0):
-    return {"key": key, "step": step, "seq": 0, "call": call, "rank": 0, "shape": schema.shape_text(array.shape),
+def row(key, array, step=0, call=0, seq=0):
+    return {"key": key, "step": step, "seq": seq, "call": call, "rank": 0, "shape": schema.shape_text(array.shape),
             "dtype": "float32", "storage": "native", "shard": "replicated", "dim": -1, "token_dim": -1,
             "token_start": 0, "numel": array.size, "meta": ""}
 
@@ -31,7 +31,7 @@ def write(path, workers, data, on_stored=None):
     os.makedirs(path)
     w = SegmentWriter(path, 0, 1, run_id="0123456789ab", workers=workers)
     for i, a in enumerate(data):
-        w.add(row(f"t{i}", a), a, on_stored=on_stored)
+        w.add(row(f"t{i}", a, seq=i), a, on_stored=on_stored)
     w.close(complete_through_step=0)
 
 

@@ -1,0 +1,120 @@
+"""Where a recorded GPU forward's extra time goes: the recording side's parts switched off one by one,
+side by side with the plain forward (inkling_model small bf16, 256 tokens, process writer).
+
+  record() only        probes filtered and indexed, nothing copied
+  drain, no writer     copies, batches, statistics and device-to-host copies; the writer gets nothing
+  ... spinning events  the same with the drain thread spinning in cudaEventSynchronize (the old way)
+  durability=writer    everything, step() waiting for the step before
+  durability=disk      everything, step() waiting for the step just ended (the default)
+
+A developer's tool (it patches internals); needs a CUDA GPU. Run: python scripts/bench_record_parts.py
+"""
+import importlib.util
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if importlib.util.find_spec("inkling_model") is None:  # a checkout without the model installed
+    spec = importlib.util.spec_from_file_location("inkling_model", os.path.join(ROOT, "model", "__init__.py"),
+                                                  submodule_search_locations=[os.path.join(ROOT, "model")])
+    sys.modules["inkling_model"] = module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+import inkling_probe  # noqa: E402
+from inkling_model.config import InklingConfig  # noqa: E402
+from inkling_model.model import InklingForCausalLM  # noqa: E402
+from inkling_probe import sink  # noqa: E402
+
+FORWARDS = 4  # a timed run
+ROUNDS = 7
+
+
+def spinning_events(stager) -> None:
+    def record():
+        with stager._room:
+            event = stager._events.pop() if stager._events else torch.cuda.Event()
+        event.record()
+        return event
+    stager._events.clear()
+    stager.record = record
+
+
+def no_writer(rec) -> None:
+    rec._drain._write_batch = lambda rows, host, spans, sums, done: done()
+    rec._drain._write = lambda row, host, done, stats: done()
+
+
+def nothing_staged(rec) -> None:
+    rec._staged = lambda row, t: None
+
+
+VARIANTS = {  # name: (durability, patch applied once the recorder's drain exists)
+    "record() only": ("writer", nothing_staged),
+    "drain, no writer": ("writer", no_writer),
+    "drain, no writer, spinning events": ("writer", lambda rec: (no_writer(rec), spinning_events(rec._drain.stager))),
+    "durability=writer": ("writer", None),
+    "durability=disk": ("disk", None),
+}
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    model = InklingForCausalLM(InklingConfig.preset("small"), dtype=torch.bfloat16).cuda().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.02) if p.is_floating_point() else None
+    ids = torch.randint(0, model.config.vocab_size, (256,), device="cuda")
+    root = tempfile.mkdtemp(prefix="bench-parts-")
+    recs = {}
+
+    def run(name):
+        rec = recs.get(name)
+        sink._RECORDER = rec
+        t0 = time.perf_counter()
+        for _ in range(FORWARDS):
+            model(ids)
+        if rec is not None:
+            inkling_probe.step()
+            if hasattr(rec._writer, "_acks_due"):
+                rec._writer._acks_due()  # every run ends with its steps on disk
+        torch.cuda.synchronize()
+        sink._RECORDER = None
+        return (time.perf_counter() - t0) / FORWARDS
+
+    contexts = []
+    with torch.no_grad():
+        for name, (durability, patch) in VARIANTS.items():
+            ctx = inkling_probe.recording(os.path.join(root, str(len(contexts))), writer="process",
+                                          durability=durability)
+            recs[name] = ctx.__enter__()
+            contexts.append((ctx, recs[name]))
+            sink._RECORDER = None
+            run(name)  # creates the drain
+            if patch:
+                patch(recs[name])
+            run(name)
+        names = ["plain", *VARIANTS]
+        times = {n: [] for n in names}
+        run("plain")
+        for _ in range(ROUNDS):
+            for n in names:
+                times[n].append(run(n))
+    for ctx, rec in contexts:
+        sink._RECORDER = rec
+        ctx.__exit__(None, None, None)
+    base = statistics.median(times["plain"])
+    print(f"GPU {torch.cuda.get_device_name()}, {FORWARDS} forwards a run, {ROUNDS} rounds interleaved; "
+          f"median ms/forward, ratio to plain [quartiles]")
+    for n in names:
+        ratios = statistics.quantiles([a / b for a, b in zip(times[n], times["plain"])], n=4)
+        print(f"  {n:36s} {statistics.median(times[n]) * 1e3:6.1f}  {statistics.median(times[n]) / base:.2f}x "
+              f"[{ratios[0]:.2f}-{ratios[2]:.2f}]")
+
+
+if __name__ == "__main__":
+    main()

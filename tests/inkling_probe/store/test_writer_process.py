@@ -1,0 +1,122 @@
+"""The writer process's side of durability: segment ends sent without waiting
+(``INKLING_PROBE_DURABILITY=writer``), and failures surfacing one step later as one line."""
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import inkling_probe
+from inkling_probe.errors import DumpError
+from inkling_probe.store import schema
+from inkling_probe.store.folder import run_id
+from inkling_probe.store.writer_process import ProcessWriter, WriterDied
+
+RUN = "0123456789ab"
+
+
+def row(key, array, step, seq):
+    return {"key": key, "step": step, "seq": seq, "call": 0, "rank": 0, "shape": schema.shape_text(array.shape),
+            "dtype": "float32", "storage": "native", "shard": "replicated", "dim": -1, "token_dim": -1,
+            "token_start": 0, "numel": array.size, "meta": ""}
+
+
+def step_arrays(step):
+    rng = np.random.default_rng(step)
+    return [rng.standard_normal((256, 300)).astype(np.float32),  # 300 KiB: through the ring
+            rng.standard_normal(7).astype(np.float32)]
+
+
+def add_step(w, step):
+    for i, a in enumerate(step_arrays(step)):
+        w.add(row(f"t{i}", a, step, i), a)
+
+
+def segments(folder):
+    return sorted(n for n in os.listdir(folder) if schema.SEGMENT_RE.match(n))
+
+
+def test_an_end_not_waited_for_is_on_disk_once_the_next_end_returns(tmp_path):
+    w = ProcessWriter().open(tmp_path, 0, 1, run_id=RUN)
+    add_step(w, 0)
+    w.end_segment(0, wait=False)
+    add_step(w, 1)
+    w.end_segment(1, wait=False)  # returns after step 0's acknowledgement
+    assert segments(tmp_path)[:1] == [schema.segment_name(0, 0, RUN)]
+    add_step(w, 2)
+    w.close(2)  # waits for step 1's and its own
+    assert segments(tmp_path) == [schema.segment_name(0, n, RUN) for n in range(3)]
+    d = inkling_probe.open(tmp_path)
+    assert d.complete_through_step() == 2
+    for step in range(3):
+        for i, a in enumerate(step_arrays(step)):
+            assert np.array_equal(d.array(f"t{i}", step), a)
+
+
+def test_a_failure_in_a_step_not_waited_for_is_raised_by_a_later_call(tmp_path):
+    """Step 1's segment can't be created (a file planted at its name): the writer process fails
+    after step 0 was acknowledged late; the failure reaches the recording side as one line naming
+    the file, not the pending 'ok' of step 0."""
+    planted = tmp_path / (schema.segment_name(0, 1, RUN) + schema.TMP_SUFFIX)
+    planted.write_bytes(b"not ours")
+    w = ProcessWriter().open(tmp_path, 0, 1, run_id=RUN)
+    add_step(w, 0)
+    w.end_segment(0, wait=False)
+    with pytest.raises(WriterDied) as e:
+        add_step(w, 1)
+        w.end_segment(1, wait=False)
+        w.close(1)
+    message = str(e.value)
+    assert "\n" not in message and str(planted) in message and "already exists" in message
+    w.abandon()
+    assert inkling_probe.open(tmp_path).steps("t0") == [0]
+
+
+def test_a_writer_that_died_is_named_by_its_error_not_by_an_unread_ok(tmp_path):
+    """The writer acknowledged step 0 (not read yet: nobody waited), then failed and exited: the
+    next send finds the pipe broken and reports the writer's error line, skipping the 'ok'."""
+    planted = tmp_path / (schema.segment_name(0, 1, RUN) + schema.TMP_SUFFIX)
+    planted.write_bytes(b"not ours")
+    w = ProcessWriter().open(tmp_path, 0, 1, run_id=RUN)
+    add_step(w, 0)
+    w.end_segment(0, wait=False)
+    add_step(w, 1)
+    w._flush()
+    assert w._proc.wait(timeout=30) == 1  # failed on step 1's segment, after acknowledging step 0
+    with pytest.raises(WriterDied) as e:
+        add_step(w, 2)
+    assert str(planted) in str(e.value) and "already exists" in str(e.value)
+    w.abandon()
+
+
+def test_recording_with_writer_durability_matches_the_default(tmp_path):
+    """The same probes recorded with each durability give the same dump contents, bit-exact."""
+    tensors = {step: [torch.from_numpy(a) for a in step_arrays(step)] for step in range(4)}
+    for durability in ("disk", "writer"):
+        with inkling_probe.recording(tmp_path / durability, writer="process", durability=durability):
+            for step, ts in tensors.items():
+                inkling_probe.step()
+                for i, t in enumerate(ts):
+                    inkling_probe.probe(f"t{i}", t)
+    a, b = inkling_probe.open(tmp_path / "disk"), inkling_probe.open(tmp_path / "writer")
+    assert [(r["key"], r["step"], r["hash"]) for r in a.index] == [(r["key"], r["step"], r["hash"]) for r in b.index]
+    assert a.complete_through_step() == b.complete_through_step() == 3
+
+
+def test_writer_durability_failure_stops_the_recording_with_one_line(tmp_path):
+    """Through the sink: the writer fails on step 1's segment; step() or the end of the recording
+    raises one DumpError line naming the planted file; step 0 stays readable."""
+    folder = tmp_path / "d"
+    planted = folder / (schema.segment_name(0, 1, run_id({}, 1, "r1")) + schema.TMP_SUFFIX)
+    with pytest.raises(DumpError) as e:
+        with inkling_probe.recording(folder, writer="process", durability="writer", run="r1"):
+            for step in range(4):
+                inkling_probe.step()
+                if step == 1:
+                    planted.write_bytes(b"not ours")
+                for i, a in enumerate(step_arrays(step)):
+                    inkling_probe.probe(f"t{i}", torch.from_numpy(a))
+    message = str(e.value)
+    assert "\n" not in message and "already exists" in message
+    assert inkling_probe.open(folder).steps("t0")[:1] == [0]
+
