@@ -16,7 +16,7 @@ import torch
 from inkling_probe.errors import DumpError, ProbeError, SettingsError
 from inkling_probe.settings import MAX_RANK, Settings, rank_from_env
 from inkling_probe.store import schema
-from inkling_probe.store.dtypes import dtype_name, encode, float32_copy_storage
+from inkling_probe.store.dtypes import bf16_bits, dtype_name, encode
 
 
 def current_rank() -> tuple[int, int]:
@@ -222,13 +222,14 @@ class Recorder:
 
     def _write_batch(self, rows: list, host, spans: list, sums, done) -> None:
         """Hand a sealed batch (staging.py) to the writer in one call (drain thread): ``host`` is its
-        float32 host buffer, ``spans`` (offset, numel, shape) where each tensor sits in it, ``sums``
+        float32 or bf16 host buffer, ``spans`` (offset, numel, shape) where each tensor sits in it, ``sums``
         their statistics' sums (or None); ``done()`` once the writer no longer needs ``host``."""
         used = spans[-1][0] + spans[-1][1] if spans else 0
+        flat = bf16_bits(host[:used]) if host.dtype is torch.bfloat16 else host[:used].numpy()
         for row in rows:
-            row["storage"] = float32_copy_storage(row["dtype"])
+            row["storage"] = "native"  # float32 or bf16, each as itself
         with self._wlock:
-            self._writer.add_batch(rows, host[:used].numpy(), spans, sums, stats=self.settings.mode != "hash",
+            self._writer.add_batch(rows, flat, spans, sums, stats=self.settings.mode != "hash",
                                    store=self.settings.mode == "full", on_stored=done)
 
     def _guarded_open(self):

@@ -3,16 +3,16 @@
 A probed CUDA tensor is copied into a pinned host buffer with ``non_blocking=True`` on the current
 stream (so after the kernel that produced it, and before anything later on that stream can reuse
 its memory), an event is recorded behind the copy, and the (row, buffer, event) goes to a drain
-thread. A bf16 tensor is widened to float32 on the device first (the store's exact form of bf16:
-its bits shifted up 16), so the host does no conversion pass. The forward goes on at once; the
+thread. bf16 stays 2 bytes a value all the way to the file (the store keeps bf16 as itself), so the
+host does no conversion pass. The forward goes on at once; the
 drain thread waits for each event in order and hands the buffer to the writer; the buffer goes back
 to the pool once the writer has copied or written it (``done``, perhaps from a writer job thread). ``step()`` and ``close()``
 wait until everything queued is with the writer, so a step is on disk when ``step()`` returns,
 as with synchronous copies.
 
 Float32 and bf16 tensors (nearly everything a model records) are not copied one by one: each is
-copied into a slice of one device buffer (:class:`StepBatch`, one kernel that also widens bf16).
-When the buffer fills, the stream changes, a tensor of another kind is probed, or the step ends,
+copied into a slice of one device buffer of its dtype (:class:`StepBatch`, one kernel a probe).
+When the buffer fills, the stream changes, a tensor of another dtype is probed, or the step ends,
 a few kernels compute every tensor's statistics at once (:func:`segment_stats`) and one copy brings
 buffer and statistics to a pinned host buffer. So the host never makes a pass over the values for
 statistics, and the recording thread launches one kernel per probe.
@@ -57,13 +57,10 @@ class CudaStager:
         return stream
 
     def stage(self, t):
-        """Start copying CUDA tensor ``t`` to the host: (host tensor, token to wait on). The host
-        tensor of a bf16 ``t`` is its float32 widening (bit-exact)."""
-        import torch
-
-        src = t.float() if t.dtype is torch.bfloat16 else t  # [*t.shape] fp32: bf16 bits << 16
-        host = self.take(src.dtype, tuple(src.shape))
-        host.copy_(src, non_blocking=True)
+        """Start copying CUDA tensor ``t`` to the host: (host tensor of its dtype and shape, token to
+        wait on)."""
+        host = self.take(t.dtype, tuple(t.shape))
+        host.copy_(t, non_blocking=True)
         return host, (self.record(), [host])
 
     def record(self):
@@ -124,10 +121,10 @@ class CudaStager:
 
 
 class StepBatch:
-    """Float32 and bf16 tensors of consecutive probes in one device buffer of ``capacity`` floats.
+    """Consecutive probes of one dtype (float32 or bf16) in one device buffer of ``capacity`` values.
 
-    :meth:`append` queues one copy kernel (bf16 widened in it); :meth:`seal` queues the statistics
-    kernels and the copy of everything to one pinned host buffer, and returns what the drain needs.
+    :meth:`append` queues one copy kernel; :meth:`seal` queues the statistics kernels and the copy
+    of everything to one pinned host buffer, and returns what the drain needs.
     """
 
     def __init__(self, stager, capacity: int = 8 << 20, stats: bool = True):
@@ -148,20 +145,28 @@ class StepBatch:
 
         return t.dtype in (torch.float32, torch.bfloat16) and 0 < t.numel() <= self.capacity // 2
 
+    def takes_alone(self, t) -> bool:
+        """Too large for the buffer, but a batch of its own (statistics on the device; counts stay
+        exact up to 2**24 values)?"""
+        import torch
+
+        return t.dtype in (torch.float32, torch.bfloat16) and self.capacity // 2 < t.numel() <= 1 << 24
+
     def fits(self, t) -> bool:
-        """Can ``t`` join the open batch now (room, same device and stream)?"""
+        """Can ``t`` join the open batch now (room, same dtype, device and stream)?"""
         if not self.rows:
             return True
-        return self._used + t.numel() <= self.capacity and _stream_key(t) == self._stream_key
+        return (self._used + t.numel() <= self.capacity and t.dtype == self._buffer.dtype
+                and _stream_key(t) == self._stream_key)
 
     def append(self, row: dict, t) -> None:
         import torch
 
         if not self.rows:
-            self._buffer = torch.empty(self.capacity, dtype=torch.float32, device=t.device)
+            self._buffer = torch.empty(self.capacity, dtype=t.dtype, device=t.device)
             self._stream, self._stream_key, self._used = _current_stream(t), _stream_key(t), 0
         n = t.numel()
-        self._buffer[self._used: self._used + n].view(t.shape).copy_(t)  # one kernel: gather + widen
+        self._buffer[self._used: self._used + n].view(t.shape).copy_(t)  # one kernel: gather
         self._spans.append((self._used, n, tuple(t.shape)))
         self._used += n
         self.rows.append(row)
@@ -181,7 +186,7 @@ class StepBatch:
             side.wait_stream(self._stream)
             self._buffer.record_stream(side)  # not reused by the model's stream until side is done
         with _on_stream(side):
-            host = self.stager.take(torch.float32, (self.capacity,))
+            host = self.stager.take(self._buffer.dtype, (self.capacity,))
             host[:used].copy_(self._buffer[:used], non_blocking=True)
             hosts, stats = [host], None
             if self.stats:
@@ -197,7 +202,7 @@ class StepBatch:
 
 
 def segment_stats(x, lengths):
-    """Per segment of flat float32 ``x`` ([N], segments of ``lengths`` [k]): [k, 5] float64 of the
+    """Per segment of flat float32 or bf16 ``x`` ([N], segments of ``lengths`` [k]): [k, 5] float64 of the
     finite values' sum, sum of squares and absmax, the non-finite count and the NaN count.
 
     A dozen kernels for every segment at once; sums in float64 (no overflow, ~1e-16 rounding);
@@ -279,6 +284,11 @@ class Drain:
             batch.append(row, t)
             return
         self._seal()
+        if batch is not None and batch.takes_alone(t):  # e.g. the logits: one copy, stats on the device
+            alone = StepBatch(self.stager, capacity=t.numel(), stats=batch.stats)
+            alone.append(row, t)
+            self._queue.put(("batch", *alone.seal()))
+            return
         host, token = self.stager.stage(t)
         self._queue.put(("one", row, host, token))
 

@@ -40,6 +40,20 @@ SHAPES = {  # MEASURED.md's peer table: tiny = hidden 128, 6 layers, 8 experts, 
 }
 
 
+def stored_mb(d, step: int) -> float:
+    """MB of tensor values one step stores: bf16 2 bytes a value (as itself; 4 in schema 2), the
+    8-bit floats 2 (upcast to float16), everything else its dtype's size."""
+    import numpy as np
+
+    def size(r):
+        if r["dtype"] == "bfloat16":
+            return 4 if r["storage"] == "upcast" else 2
+        if r["dtype"].startswith("float8"):
+            return 4 if r["dtype"] == "float8_e8m0fnu" else 2
+        return 1 if r["dtype"].startswith("float4") else np.dtype(r["dtype"].replace("bool", "bool_")).itemsize
+    return sum(r["numel"] * size(r) for r in d.index if r["step"] == step) / 1e6
+
+
 def interleaved(fns: dict, repeats: int) -> dict:
     """All samples (seconds) of each callable, run in shuffled turns ``repeats`` times after a warm-up."""
     for f in fns.values():
@@ -130,7 +144,7 @@ def cell(shape: str, repeats: int, steps: int) -> dict:
         sink._RECORDER = rec
         ctx.__exit__(None, None, None)
     d = inkling_probe.open(os.path.join(root, "inline"))
-    mb = sum(r["numel"] * 4 for r in d.index if r["step"] == 1) / 1e6
+    mb = stored_mb(d, step=1)
     tensors = sum(1 for r in d.index if r["step"] == 1)
     shutil.rmtree(root)
     from inkling_probe.recorder import writer_mode
@@ -329,7 +343,7 @@ def cuda_main(repeats: int, steps: int) -> None:
     d = inkling_probe.open(os.path.join(root, "process"))
     n = sum(1 for r in d.index if r["step"] == 1)
     shutil.rmtree(root)
-    mb = sum(r["numel"] * 4 for r in d.index if r["step"] == 1) / 1e6
+    mb = stored_mb(d, step=1)
     print(f"GPU {torch.cuda.get_device_name()} inkling_model small bf16 eager, 256 tokens, {n} probes, {mb:.0f} MB "
           f"stored/forward, {steps} forwards a run: plain {statistics.median(t['plain']) / steps * 1e3:.1f} ms/forward")
     for label in recs:

@@ -92,7 +92,8 @@ def write_slice(doc: dict, dumps: dict, path: str, window: int = 2, max_tensor_m
 
 def _row(src: dict, name: str, seq: int, array) -> dict:
     return {"key": name, "step": src["step"], "seq": seq, "call": src["call"], "rank": 0,
-            "shape": schema.shape_text(array.shape), "dtype": src["dtype"], "storage": src["storage"],
+            "shape": schema.shape_text(array.shape), "dtype": src["dtype"],
+            "storage": "upcast" if src["dtype"] == "bfloat16" else src["storage"],  # array(): bf16 as float32
             "shard": "replicated", "dim": schema.NO_DIM, "token_dim": src["token_dim"],
             "token_start": src["token_start"], "numel": int(array.size),
             "meta": json.dumps(src["meta"], sort_keys=True) if src.get("meta") else ""}

@@ -1,9 +1,12 @@
 """How each torch dtype is stored so that plain HDF5 tools read numbers and we read it back bit-exact.
 
-- native: float64/32/16, ints, uint8, bool are stored as they are.
-- upcast: bfloat16 -> float32 and the 8-bit floats -> float16 (float8_e8m0fnu -> float32). Every value
-  of the narrow type is exactly representable in the wide one, so plain tools see true numbers. The
-  upcast and its inverse are done on bit patterns (tables), so NaN payloads and signs survive too.
+- native: float64/32/16, ints, uint8, bool are stored as they are; so is bfloat16 (schema 3): its
+  bits as uint16 here, written with HDF5's bfloat16 float type (schema.bf16_file_type), which plain
+  tools convert to float32 numbers. Read back, bf16 comes as its exact float32 (bits << 16).
+- upcast: the 8-bit floats -> float16 (float8_e8m0fnu -> float32), and bfloat16 -> float32 in dumps
+  of schema 2 and before. Every value of the narrow type is exactly representable in the wide one,
+  so plain tools see true numbers. The upcast and its inverse are done on bit patterns (tables), so
+  NaN payloads and signs survive too.
 - raw: packed fp4 (float4_e2m1fn_x2) is stored as its uint8 bytes, low nibble = even element.
 """
 from __future__ import annotations
@@ -12,6 +15,8 @@ import functools
 
 import numpy as np
 import torch
+
+from inkling_probe.store.stats import bf16_bits_to_float32  # noqa: F401 - part of this module's API
 
 NATIVE = {
     torch.float64: np.float64, torch.float32: np.float32, torch.float16: np.float16,
@@ -65,17 +70,17 @@ def _byte_tables(dtype: torch.dtype):
 def encode(t: torch.Tensor, original: str | None = None) -> tuple[np.ndarray, str]:
     """A CPU tensor -> (numpy array to store, storage kind 'native' | 'upcast' | 'raw').
 
-    ``original``: the recorded tensor's dtype name where ``t`` is already its stored form (a bf16
-    tensor widened to float32 on the device, staging.py).
+    bfloat16 comes back as its bits (uint16, 'native'; no pass over the values). ``original``: the
+    recorded tensor's dtype name where ``t`` is a float32 copy of it (a bf16 widened to its exact
+    float32: stored as that, 'upcast').
     """
     dtype = t.dtype
     if original is not None and dtype is torch.float32:
         return t.numpy(), float32_copy_storage(original)
     if dtype in NATIVE:
         return t.numpy(), "native"
-    if dtype is torch.bfloat16:  # bf16 bits are the top half of the fp32 bits: one widening pass
-        bits = np.left_shift(t.view(torch.int16).numpy().view(np.uint16), 16, dtype=np.uint32)
-        return bits.view(np.float32), "upcast"
+    if dtype is torch.bfloat16:  # its bits, written with HDF5's bfloat16 type
+        return bf16_bits(t), "native"
     if dtype in FP8 or dtype is E8M0:
         up = _byte_tables(dtype)
         wide = up[t.view(torch.uint8).numpy()]
@@ -83,6 +88,11 @@ def encode(t: torch.Tensor, original: str | None = None) -> tuple[np.ndarray, st
     if dtype is FP4X2:
         return t.view(torch.uint8).numpy(), "raw"
     raise TypeError(f"dtype {dtype_name(dtype)} is not supported by the store")
+
+
+def bf16_bits(t: torch.Tensor) -> np.ndarray:
+    """A CPU bfloat16 tensor's bit patterns as a uint16 numpy view (no copy)."""
+    return t.view(torch.int16).numpy().view(np.uint16)
 
 
 def float32_copy_storage(original: str) -> str:
@@ -96,8 +106,11 @@ def decode(array: np.ndarray, dtype_name_: str) -> torch.Tensor:
     dtype = dtype_from_name(dtype_name_)
     if dtype in NATIVE:
         return torch.from_numpy(np.ascontiguousarray(array).astype(NATIVE[dtype], copy=False))
-    if dtype is torch.bfloat16:
-        bits = (np.ascontiguousarray(array, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    if dtype is torch.bfloat16:  # its bits (uint16), or its exact float32 (bits << 16)
+        if array.dtype == np.uint16:
+            bits = np.ascontiguousarray(array)
+        else:
+            bits = (np.ascontiguousarray(array, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
         return torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16)
     if dtype in FP8 or dtype is E8M0:
         wide_u = np.uint32 if dtype is E8M0 else np.uint16

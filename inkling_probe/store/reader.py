@@ -10,7 +10,7 @@ import numpy as np
 from inkling_probe.errors import DumpError, KeyNotFound, RanksMissing, ValuesNotStored
 from inkling_probe.store import dp
 from inkling_probe.store.segments import (Segment, first_line, one_run, open_segment, read_segment,
-                                           safe_dataset, segment_files)
+                                           read_values, safe_dataset, segment_files)
 
 __all__ = ["Dump", "Segment", "open_dump", "as_dump", "MAX_OPEN_FILES"]
 
@@ -170,7 +170,7 @@ class Dump:
         """One dataset's values; a missing, linked or externally stored dataset is a DumpError."""
         f = self._file(segment)
         try:
-            return safe_dataset(f, path)[()]
+            return read_values(safe_dataset(f, path))
         except DumpError:
             raise
         except Exception as e:  # h5py raises OSError, KeyError, ValueError... for damaged files

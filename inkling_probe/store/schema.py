@@ -7,7 +7,8 @@ import h5py
 import numpy as np
 
 FORMAT_NAME = "inkling-probe"
-SCHEMA_VERSION = 2  # 2: run id in segment names and attributes (version 1 files still read)
+SCHEMA_VERSION = 3  # 3: bf16 stored as itself (2 bytes, an HDF5 bfloat16 float type); 2: run id in
+# segment names and attributes (bf16 stored as float32); versions 1 and 2 are still read
 # rank, segment, run id (absent in version 1 names)
 SEGMENT_RE = re.compile(r"^rank(\d{5})-seg(\d{6})(?:-([0-9a-f]{12}))?\.h5$")
 TMP_SUFFIX = ".tmp"
@@ -24,6 +25,25 @@ INDEX_DTYPE = np.dtype([
 ])
 INDEX_FIELDS = INDEX_DTYPE.names
 SHARDS = ("replicated", "concat", "partial")
+
+
+def bf16_file_type() -> h5py.h5t.TypeFloatID:
+    """HDF5's description of bfloat16 (as HDF5 2.0's ``H5T_FLOAT_BFLOAT16LE``): 2 bytes, sign bit 15,
+    8 exponent bits from bit 7 (bias 127), 7 mantissa bits. HDF5 converts it to float32 exactly,
+    so plain h5py reads such a dataset as float32 numbers."""
+    t = h5py.h5t.IEEE_F32LE.copy()
+    t.set_fields(15, 7, 8, 0, 7)
+    t.set_offset(0)
+    t.set_precision(16)
+    t.set_size(2)
+    t.set_ebias(127)
+    return t
+
+
+def is_bf16_type(tid) -> bool:
+    """Is this HDF5 datatype bfloat16 as :func:`bf16_file_type` describes it?"""
+    return (isinstance(tid, h5py.h5t.TypeFloatID) and tid.get_size() == 2 and tid.get_fields() == (15, 7, 8, 0, 7)
+            and tid.get_ebias() == 127 and tid.get_order() == h5py.h5t.ORDER_LE)
 
 
 def segment_name(rank: int, segment: int, run_id: str) -> str:
@@ -45,9 +65,10 @@ def dataset_path(step: int, key: str, call: int) -> str:
     return f"/tensors/{step}/{key}" + (f"#{call}" if call else "")
 
 
-def pack_path(step: int, storage_dtype, part: int) -> str:
-    """Where small tensors of one step and stored dtype lie back to back: /packs/<step>/<dtype>.<part>."""
-    return f"/packs/{step}/{storage_dtype.name}.{part}"
+def pack_path(step: int, kind: str, part: int) -> str:
+    """Where small tensors of one step and stored type lie back to back: /packs/<step>/<kind>.<part>
+    (``kind``: the stored numpy dtype's name, or 'bfloat16')."""
+    return f"/packs/{step}/{kind}.{part}"
 
 
 def shape_text(shape) -> str:

@@ -13,6 +13,7 @@ import numpy as np
 
 from inkling_probe.errors import DumpError
 from inkling_probe.store import schema
+from inkling_probe.store.stats import bf16_bits_to_float32
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,18 @@ def safe_dataset(f: h5py.File, path: str) -> h5py.Dataset:
     if node.is_virtual or node.id.get_create_plist().get_external_count():
         raise DumpError(f"{f.filename}: {path!r} keeps its data outside the file; refused")
     return node
+
+
+def read_values(ds: h5py.Dataset) -> np.ndarray:
+    """A dataset's values as stored, bit-exact: a bfloat16 dataset (schema 3) comes as its exact
+    float32 (its bits read as they are, then shifted up: no HDF5 conversion touches a NaN payload)."""
+    tid = ds.id.get_type()
+    if not schema.is_bf16_type(tid):
+        return ds[()]
+    bits = np.empty(ds.shape, dtype=np.uint16)
+    if bits.size:
+        ds.id.read(h5py.h5s.ALL, h5py.h5s.ALL, bits, mtype=tid)
+    return bf16_bits_to_float32(bits)
 
 
 def first_line(e: BaseException) -> str:

@@ -12,15 +12,23 @@ STAT_FIELDS = ("mean", "rms", "absmax", "nan", "inf")
 NAN_STATS = {"mean": float("nan"), "rms": float("nan"), "absmax": float("nan"), "nan": 0, "inf": 0}
 
 
-def array_stats(array: np.ndarray, storage: str) -> dict:
+def bf16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 bit patterns (uint16) -> their exact float32 values (bits << 16), NaN payloads kept."""
+    return np.left_shift(np.asarray(bits, dtype=np.uint16), 16, dtype=np.uint32).view(np.float32)
+
+
+def array_stats(array: np.ndarray, storage: str, dtype: str = "") -> dict:
     """mean, rms and absmax over the finite values, and NaN and Inf counts.
 
-    ``array`` is the stored form (``encode``'s output, exact values); raw packed fp4 bytes are not
-    numbers and get NaN statistics (decode them to values to summarise them).
+    ``array`` is the stored form (``encode``'s output, exact values; for ``dtype`` bfloat16 stored
+    natively, its bits); raw packed fp4 bytes are not numbers and get NaN statistics (decode them
+    to values to summarise them).
     """
     if array.size == 0 or storage == "raw":
         return dict(NAN_STATS)
     a = array.reshape(-1)
+    if dtype == "bfloat16" and a.dtype == np.uint16:
+        a = bf16_bits_to_float32(a)
     if a.dtype.kind != "f" or a.dtype.itemsize < 4:
         a = a.astype(np.float64 if a.dtype.kind in "iub" else np.float32)
     # float32 pairwise sum and BLAS dot: relative error ~1e-6, plenty for a summary (compare

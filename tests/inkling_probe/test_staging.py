@@ -167,8 +167,9 @@ def test_cuda_stager_keeps_at_most_its_limit_of_idle_buffers(monkeypatch):
     assert (torch.float32, (1,)) not in stager._free
 
 
-def test_cuda_stager_widens_bf16_to_its_exact_float32(monkeypatch):
-    """bf16 is widened on the device (one kernel) so the host does no pass: bits << 16, NaNs too."""
+def test_cuda_stager_keeps_bf16_two_bytes_a_value(monkeypatch):
+    """bf16 is copied to the host as itself (the store keeps its bits): no widening pass anywhere,
+    every bit pattern back exact, NaNs too."""
     import numpy as np
 
     from inkling_probe.store.dtypes import decode, encode
@@ -178,10 +179,10 @@ def test_cuda_stager_widens_bf16_to_its_exact_float32(monkeypatch):
     monkeypatch.setattr(torch, "empty", lambda *a, pin_memory=False, **k: real_empty(*a, **k))
     bits = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16)  # every bf16 bit pattern
     host, token = staging.CudaStager().stage(bits.view(torch.bfloat16))
-    assert host.dtype == torch.float32
+    assert host.dtype == torch.bfloat16
     array, storage = encode(host, "bfloat16")
-    assert storage == "upcast"
-    assert np.array_equal(array.view(np.uint32), bits.numpy().view(np.uint16).astype(np.uint32) << 16)
+    assert storage == "native" and array.dtype == np.uint16
+    assert np.array_equal(array, bits.numpy().view(np.uint16))
     assert torch.equal(decode(array, "bfloat16").view(torch.int16), bits)
 
 
@@ -292,6 +293,32 @@ def test_batched_tensors_read_back_bit_exact_with_the_stats_the_host_would_compu
     st = array_stats(batched.array("c", 0), "native")
     assert batched.index[[r["key"] for r in batched.index].index("c")]["mean"] == pytest.approx(st["mean"], rel=1e-5)
     assert stager._outstanding == 0  # every pinned buffer came back
+
+
+def test_a_float_tensor_too_large_for_the_buffer_is_a_batch_of_its_own(tmp_path, monkeypatch):
+    """fp32/bf16 larger than half the buffer (the logits) still get their statistics on the device
+    and one hand-over: never the one-by-one path; past 2**24 values (float32 counts stop being exact)
+    they take the one-by-one path."""
+    rec, stager = batched_recording(tmp_path / "d", monkeypatch, capacity=4096)
+    alone = []
+    real_stage = stager.stage
+
+    def stage(t):
+        alone.append(t.numel())
+        return real_stage(t)
+    monkeypatch.setattr(stager, "stage", stage)
+    big = torch.randn(3000).bfloat16()
+    big[7] = float("nan")
+    inkling_probe.probe("big", big)
+    huge = torch.zeros((1 << 24) + 1, dtype=torch.bfloat16)
+    inkling_probe.probe("huge", huge)
+    sink.stop()
+    d = inkling_probe.open(tmp_path / "d")
+    assert alone == [huge.numel()]
+    assert torch.equal(d.tensor("big").view(torch.int16), big.view(torch.int16))
+    row = d.rows("big")[0]
+    finite = big.float()[~torch.isnan(big.float())].double()
+    assert row["nan"] == 1 and row["mean"] == pytest.approx(finite.mean().item(), rel=1e-6)
 
 
 def test_batches_in_hash_mode_skip_statistics(tmp_path, monkeypatch):

@@ -79,7 +79,7 @@ WHY = {
     "text": "not an HDF5 file",
     "foreign": "an HDF5 file, but not an inkling-probe dump",
     "truncated": "truncated or corrupt HDF5 file",
-    "newer": "schema version 3 is newer than this inkling-probe reads (2)",
+    "newer": "schema version 4 is newer than this inkling-probe reads (3)",
 }
 
 

@@ -96,7 +96,7 @@ def test_newer_schema_version(tmp_path, dump):
             f.attrs["schema_version"] = f.attrs["schema_version"] + 1
     copy, seg = dump_with_segment(tmp_path, dump, bump)
     message = one_line_error(copy)
-    assert message.startswith(f"{seg}: schema version 3 is newer than this inkling-probe reads (2)")
+    assert message.startswith(f"{seg}: schema version 4 is newer than this inkling-probe reads (3)")
 
 
 def test_segment_without_index(tmp_path, dump):

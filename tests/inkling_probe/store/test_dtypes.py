@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from inkling_probe.store.dtypes import E8M0, FP4X2, FP8, decode, dtype_name, encode
+from inkling_probe.store.dtypes import E8M0, FP4X2, FP8, bf16_bits_to_float32, decode, dtype_name, encode
 
 EIGHT_BIT = FP8 + [E8M0]
 
@@ -13,13 +13,25 @@ def _all_bytes(dtype):
 
 
 def test_bf16_all_65536_patterns_bit_exact_and_readable_as_fp32():
+    """bf16 is stored as its own bits (schema 3); read back, its exact float32 is bits << 16."""
     x = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
     stored, storage = encode(x)
-    assert storage == "upcast" and stored.dtype == np.float32
+    assert storage == "native" and stored.dtype == np.uint16
     back = decode(stored, "bfloat16")
     assert torch.equal(back.view(torch.int16), x.view(torch.int16))  # NaN payloads too
+    wide = bf16_bits_to_float32(stored)
     finite = ~torch.isnan(x)
-    assert torch.equal(torch.from_numpy(stored)[finite], x.float()[finite])  # true values for plain tools
+    assert torch.equal(torch.from_numpy(wide)[finite], x.float()[finite])  # true values
+    assert torch.equal(decode(wide, "bfloat16").view(torch.int16), x.view(torch.int16))  # the float32 form too
+
+
+def test_bf16_of_schema_2_dumps_still_decodes():
+    """Dumps of schema 2 hold bf16 as float32 (bits << 16, 'upcast'): decoded bit-exact as before."""
+    x = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    stored, storage = encode(x.float(), "bfloat16")
+    assert storage == "upcast" and stored.dtype == np.float32
+    finite = ~torch.isnan(x)
+    assert torch.equal(decode(stored, "bfloat16").view(torch.int16)[finite], x.view(torch.int16)[finite])
 
 
 @pytest.mark.parametrize("dtype", EIGHT_BIT, ids=dtype_name)

@@ -87,7 +87,8 @@ def test_index_stats_and_hash(tmp_path):
 
 
 def test_plain_h5py_reads_numbers_without_this_package(tmp_path):
-    """A reader with only h5py and numpy: the index, own datasets, packs, upcast bf16."""
+    """A reader with only h5py and numpy: the index, own datasets, packs, bf16 (2 bytes a value on
+    disk, HDF5's bfloat16 type, which h5py reads as float32 numbers)."""
     big = torch.randn(300, 300)
     small_bf16 = torch.randn(4, 6).bfloat16()
     with inkling_probe.recording(tmp_path / "d"):
@@ -95,7 +96,7 @@ def test_plain_h5py_reads_numbers_without_this_package(tmp_path):
         inkling_probe.probe("layers.0.small", small_bf16)
     (path,) = glob.glob(str(tmp_path / "d" / "rank00000-seg*.h5"))
     with h5py.File(path, "r") as f:
-        assert f.attrs["format"] == "inkling-probe" and f.attrs["schema_version"] == 2
+        assert f.attrs["format"] == "inkling-probe" and f.attrs["schema_version"] == 3
         json.loads(f.attrs["run"])
         index = f["index"][()]
         keys = [k.decode() for k in index["key"]]
@@ -105,7 +106,7 @@ def test_plain_h5py_reads_numbers_without_this_package(tmp_path):
         assert row["dtype"].decode() == "bfloat16"
         flat = f[row["dataset"].decode()][row["offset"]: row["offset"] + row["numel"]]
         shape = tuple(int(s) for s in row["shape"].decode().split("x"))
-        assert flat.dtype == np.float32
+        assert flat.dtype == np.float32 and f[row["dataset"].decode()].id.get_type().get_size() == 2
         assert np.array_equal(flat.reshape(shape), small_bf16.float().numpy())
 
 
@@ -147,3 +148,54 @@ def test_array_stats_match_float64_reference():
     assert s["absmax"] == np.abs(ref).max()
     huge = np.array([3e38, 3e38, -1.0], dtype=np.float32)  # float32 sum overflows; stats must not
     assert array_stats(huge, "native")["mean"] == pytest.approx(2e38, rel=1e-6)
+
+
+@pytest.mark.parametrize("compress", ["none", "gzip"])
+def test_bf16_is_stored_as_itself_two_bytes_a_value(tmp_path, compress):
+    """Every bf16 bit pattern (NaN payloads too) in an own dataset, plain or deflated, and in a pack
+    beside a real uint16 tensor: 2 bytes a value on disk, statistics as of its float32 values."""
+    every = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    big = every.repeat(8).reshape(256, 2048)  # 1 MiB as bf16: its own dataset (gzip applies)
+    small = every[:40].reshape(5, 8)
+    u16 = torch.arange(40, dtype=torch.int32).to(torch.uint16).reshape(5, 8)
+    with inkling_probe.recording(tmp_path / "d", compress=compress, writer="inline"):
+        inkling_probe.probe("big", big)
+        inkling_probe.probe("small", small)
+        inkling_probe.probe("u16", u16)
+    d = inkling_probe.open(tmp_path / "d")
+    for key, want in (("big", big), ("small", small), ("u16", u16)):
+        got = d.tensor(key)
+        assert got.dtype == want.dtype and torch.equal(_bits(got), _bits(want)), key
+    rows = {r["key"]: r for r in d.index}
+    assert rows["small"]["dataset"] != rows["u16"]["dataset"]  # a bf16 pack and a uint16 pack
+    wide = big.float().numpy()
+    assert rows["big"]["nan"] == int(np.isnan(wide).sum()) and rows["big"]["inf"] == int(np.isinf(wide).sum())
+    finite = wide[np.isfinite(wide)].astype(np.float64)
+    assert rows["big"]["absmax"] == np.abs(finite).max()
+    assert rows["big"]["rms"] == pytest.approx(np.sqrt((finite ** 2).mean()), rel=1e-5)
+    with h5py.File(d.segments[0].path, "r") as f:
+        ds = f["/tensors/0/big"]
+        assert ds.id.get_type().get_size() == 2 and ds.dtype == np.float32  # plain h5py: float32 numbers
+        assert (ds.compression == "gzip") == (compress == "gzip")
+        if compress == "none":
+            assert ds.id.get_storage_size() == big.numel() * 2
+        plain = ds[()]
+        assert np.array_equal(plain[np.isfinite(wide)], wide[np.isfinite(wide)])
+
+
+def test_bf16_of_a_schema_2_dump_reads_bit_exact(tmp_path):
+    """Schema 2 wrote bf16 as float32 (bits << 16, storage 'upcast'): still read bit-exact."""
+    from inkling_probe.store import schema
+    from inkling_probe.store.writer import SegmentWriter
+
+    x = torch.randn(300, 300).bfloat16()
+    wide = x.float().numpy()
+    w = SegmentWriter(tmp_path, 0, 1, run_id="0123456789ab", workers=0)
+    w.add({"key": "x", "step": 0, "seq": 0, "call": 0, "rank": 0, "shape": schema.shape_text(x.shape),
+           "dtype": "bfloat16", "storage": "upcast", "shard": "replicated", "dim": -1, "token_dim": 0,
+           "token_start": 0, "numel": x.numel(), "meta": ""}, wide)
+    w.close(complete_through_step=0)
+    d = inkling_probe.open(tmp_path)
+    assert torch.equal(_bits(d.tensor("x")), _bits(x)) and np.array_equal(d.array("x"), wide)
+    with h5py.File(d.segments[0].path, "r") as f:
+        assert f["/tensors/0/x"].id.get_type().get_size() == 4

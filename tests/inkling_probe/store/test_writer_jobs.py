@@ -135,12 +135,20 @@ def test_writer_threads_setting_is_validated():
         settings.make("/tmp/x", writer_threads=-1)
 
 
-def test_plain_h5py_reads_the_original_dtype_of_an_upcast_dataset(tmp_path):
+def test_plain_h5py_reads_bf16_as_numbers_and_the_original_dtype_of_an_upcast_dataset(tmp_path):
+    """A bf16 dataset is 2 bytes a value with HDF5's bfloat16 type (h5py reads float32 numbers); an
+    fp8 one is stored as float16 with attributes naming the original dtype."""
     import h5py
 
+    fp8 = (torch.randn(256, 1024) * 4).to(torch.float8_e4m3fn)
     with inkling_probe.recording(tmp_path / "d", writer="inline"):
-        inkling_probe.probe("h", torch.ones(256, 512, dtype=torch.bfloat16))
+        inkling_probe.probe("h", torch.full((256, 512), 1.5, dtype=torch.bfloat16))
+        inkling_probe.probe("e", fp8)
     seg = next(p for p in os.listdir(tmp_path / "d") if p.endswith(".h5"))
     with h5py.File(tmp_path / "d" / seg, "r") as f:
         ds = f["tensors/0/h"]
-        assert dict(ds.attrs) == {"dtype": "bfloat16", "storage": "upcast"} and ds.dtype == np.float32
+        assert dict(ds.attrs) == {} and ds.dtype == np.float32 and ds.id.get_type().get_size() == 2
+        assert (ds[()] == 1.5).all() and ds.id.get_storage_size() == 256 * 512 * 2
+        ds = f["tensors/0/e"]
+        assert dict(ds.attrs) == {"dtype": "float8_e4m3fn", "storage": "upcast"} and ds.dtype == np.float16
+        assert np.array_equal(ds[()], fp8.float().numpy().astype(np.float16))
