@@ -146,8 +146,8 @@ class StepBatch:
         return t.dtype in (torch.float32, torch.bfloat16) and 0 < t.numel() <= self.capacity // 2
 
     def takes_alone(self, t) -> bool:
-        """Too large for the buffer, but a batch of its own (statistics on the device; counts stay
-        exact up to 2**24 values)?"""
+        """Too large for the buffer, but a batch of its own (statistics on the device; up to 2**24
+        values, so the statistics' float64 temporaries stay bounded)?"""
         import torch
 
         return t.dtype in (torch.float32, torch.bfloat16) and self.capacity // 2 < t.numel() <= 1 << 24
@@ -190,39 +190,64 @@ class StepBatch:
             host[:used].copy_(self._buffer[:used], non_blocking=True)
             hosts, stats = [host], None
             if self.stats:
-                lengths = self.stager.take(torch.int64, (len(spans),), wait=False)
-                lengths.copy_(torch.tensor([n for _, n, _ in spans], dtype=torch.int64))
+                sizes = chunk_sizes([n for _, n, _ in spans])  # [m chunk lengths, then k chunk counts]
+                lengths = self.stager.take(torch.int64, (1 << (len(sizes) - 1).bit_length(),), wait=False)
+                lengths[: len(sizes)].copy_(torch.tensor(sizes, dtype=torch.int64))
                 stats = self.stager.take(torch.float64, (len(spans), 5), wait=False)
-                dev_lengths = lengths.to(self._buffer.device, non_blocking=True)
-                stats.copy_(segment_stats(self._buffer[:used], dev_lengths), non_blocking=True)
+                dev = lengths[: len(sizes)].to(self._buffer.device, non_blocking=True)
+                m = len(sizes) - len(spans)
+                stats.copy_(segment_stats(self._buffer[:used], dev[:m], dev[m:]), non_blocking=True)
                 hosts += [lengths, stats]
             token = (self.stager.record(), hosts)
         self.rows, self._spans, self._used, self._buffer, self._stream = [], [], 0, None, None
         return rows, host, token, spans, stats
 
 
-def segment_stats(x, lengths):
-    """Per segment of flat float32 or bf16 ``x`` ([N], segments of ``lengths`` [k]): [k, 5] float64 of the
-    finite values' sum, sum of squares and absmax, the non-finite count and the NaN count.
+CHUNK = 1 << 16  # values a statistics kernel block reduces (segments are reduced a block each)
 
-    A dozen kernels for every segment at once; sums in float64 (no overflow, ~1e-16 rounding);
-    counts in float32 (exact: a segment holds at most 2**24 values). Temporaries are freed as it
-    goes: at most two [N] float64 arrays at a time.
+
+def chunk_sizes(numels: list) -> list:
+    """The chunk lengths of segments of ``numels`` values (each cut into chunks of at most
+    :data:`CHUNK`), followed by each segment's number of chunks: what :func:`segment_stats` takes."""
+    lengths, counts = [], []
+    for n in numels:
+        whole, rest = divmod(n, CHUNK)
+        lengths += [CHUNK] * whole + ([rest] if rest else [])
+        counts.append(whole + (rest > 0))
+    return lengths + counts
+
+
+def segment_stats(x, lengths, counts=None):
+    """Per segment of flat float32 or bf16 ``x``: [k, 5] float64 of the finite values' sum, sum of
+    squares and absmax, the non-finite count and the NaN count.
+
+    ``x`` is cut into chunks of ``lengths`` ([m]); segment i is the next ``counts[i]`` chunks ([k];
+    None: each chunk is a segment). Reductions run a GPU block per chunk, so a segment of millions of
+    values is reduced by many blocks (one block per segment took ~10 ms for the logits), then the
+    chunks' partial results are combined. A few kernels for every segment at once; sums in float64
+    (no overflow, ~1e-16 rounding); per-chunk counts in float32 (exact: a chunk holds at most
+    2**24 values), combined in float64. Temporaries are freed as it goes: at most two [N] float64
+    arrays at a time.
     """
     import torch
 
-    def per_segment(values, how):
+    def per_chunk(values, how):
         return torch.segment_reduce(values, how, lengths=lengths, unsafe=True)
 
     finite = torch.isfinite(x)
-    nonfinite = per_segment((~finite).float(), "sum")
-    nan = per_segment(torch.isnan(x).float(), "sum")
+    nonfinite = per_chunk((~finite).float(), "sum").double()
+    nan = per_chunk(torch.isnan(x).float(), "sum").double()
     clean = torch.where(finite, x, 0.0).double()  # non-finite values out of the sums; 0 never beats absmax
     del finite
-    total = per_segment(clean, "sum")
-    absmax = per_segment(clean.abs(), "max")
-    sq = per_segment(clean.square_(), "sum")
-    return torch.stack([total, sq, absmax, nonfinite.double(), nan.double()], dim=1)
+    total = per_chunk(clean, "sum")
+    absmax = per_chunk(clean.abs(), "max")
+    sq = per_chunk(clean.square_(), "sum")
+    chunks = torch.stack([total, sq, absmax, nonfinite, nan], dim=1)  # [m, 5]
+    if counts is None:
+        return chunks
+    sums = torch.segment_reduce(chunks, "sum", lengths=counts, unsafe=True)  # [k, 5]
+    sums[:, 2] = torch.segment_reduce(chunks[:, 2], "max", lengths=counts, unsafe=True)
+    return sums
 
 
 def _current_stream(t):

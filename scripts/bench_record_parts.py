@@ -4,6 +4,8 @@ side by side with the plain forward (inkling_model small bf16, 256 tokens, proce
   record() only        probes filtered and indexed, nothing copied
   drain, no writer     copies, batches, statistics and device-to-host copies; the writer gets nothing
   ... spinning events  the same with the drain thread spinning in cudaEventSynchronize (the old way)
+  ... logits one by one  the same with a float tensor too large for the batch copied on its own
+  ... fp32 one by one  the same with float32 tensors copied one by one (only bf16 batched)
   durability=writer    everything, step() waiting for the step before
   durability=disk      everything, step() waiting for the step just ended (the default)
 
@@ -53,10 +55,22 @@ def nothing_staged(rec) -> None:
     rec._staged = lambda row, t: None
 
 
+def no_batch_of_its_own(rec) -> None:
+    rec._drain.batch.takes_alone = lambda t: False
+
+
+def bf16_batches_only(rec) -> None:
+    batch = rec._drain.batch
+    takes = batch.takes
+    batch.takes = lambda t: t.dtype is torch.bfloat16 and takes(t)
+
+
 VARIANTS = {  # name: (durability, patch applied once the recorder's drain exists)
     "record() only": ("writer", nothing_staged),
     "drain, no writer": ("writer", no_writer),
     "drain, no writer, spinning events": ("writer", lambda rec: (no_writer(rec), spinning_events(rec._drain.stager))),
+    "drain, no writer, logits one by one": ("writer", lambda rec: (no_writer(rec), no_batch_of_its_own(rec))),
+    "drain, no writer, fp32 one by one": ("writer", lambda rec: (no_writer(rec), bf16_batches_only(rec))),
     "durability=writer": ("writer", None),
     "durability=disk": ("disk", None),
 }

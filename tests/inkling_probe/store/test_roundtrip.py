@@ -146,6 +146,9 @@ def test_array_stats_match_float64_reference():
     assert s["mean"] == pytest.approx(ref.mean(), abs=1e-4)
     assert s["rms"] == pytest.approx(np.sqrt((ref ** 2).mean()), rel=1e-6)
     assert s["absmax"] == np.abs(ref).max()
+    many = np.random.default_rng(1).standard_normal(4_000_000).astype(np.float32)  # one float32 dot drifts
+    wide = many.astype(np.float64)
+    assert array_stats(many, "native")["rms"] == pytest.approx(np.sqrt((wide ** 2).mean()), rel=1e-6)
     huge = np.array([3e38, 3e38, -1.0], dtype=np.float32)  # float32 sum overflows; stats must not
     assert array_stats(huge, "native")["mean"] == pytest.approx(2e38, rel=1e-6)
 
