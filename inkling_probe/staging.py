@@ -176,6 +176,7 @@ class StepBatch:
 
         ``stats`` is a host [k, 5] float64 tensor: per tensor the finite values' sum, sum of squares
         and absmax, the count of non-finite values and of NaNs; valid once the token's event is.
+        None for a batch of fewer than :data:`DEVICE_STATS_MIN` values (the writer computes them).
         """
         import torch
 
@@ -189,7 +190,7 @@ class StepBatch:
             host = self.stager.take(self._buffer.dtype, (self.capacity,))
             host[:used].copy_(self._buffer[:used], non_blocking=True)
             hosts, stats = [host], None
-            if self.stats:
+            if self.stats and used >= DEVICE_STATS_MIN:  # smaller: the writer's host pass is cheaper
                 sizes = chunk_sizes([n for _, n, _ in spans])  # [m chunk lengths, then k chunk counts]
                 lengths = self.stager.take(torch.int64, (1 << (len(sizes) - 1).bit_length(),), wait=False)
                 lengths[: len(sizes)].copy_(torch.tensor(sizes, dtype=torch.int64))
@@ -203,6 +204,8 @@ class StepBatch:
         return rows, host, token, spans, stats
 
 
+DEVICE_STATS_MIN = 1 << 16  # a batch of fewer values leaves its statistics to the writer (a dozen
+# kernel launches cost the launch-bound model more than the writer's pass over a few KB)
 CHUNK = 1 << 16  # values a statistics kernel block reduces (segments are reduced a block each)
 
 

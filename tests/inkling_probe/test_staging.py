@@ -225,8 +225,11 @@ def test_on_gpu_staged_copies_keep_the_value_at_probe_time(tmp_path):
 
 
 # -- batches: float32/bf16 tensors gathered into one buffer, statistics computed there ---------------
-def batched_recording(path, monkeypatch, capacity=4096, writer="inline", **kw):
-    """The real CudaStager, StepBatch and Drain on CPU tensors (events and pinning stood in for)."""
+def batched_recording(path, monkeypatch, capacity=4096, writer="inline", device_stats=True, **kw):
+    """The real CudaStager, StepBatch and Drain on CPU tensors (events and pinning stood in for);
+    ``device_stats``: every batch's statistics from segment_stats (else small ones from the writer)."""
+    if device_stats:
+        monkeypatch.setattr(staging, "DEVICE_STATS_MIN", 0)
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     real_empty = torch.empty
     monkeypatch.setattr(torch, "empty", lambda *a, pin_memory=False, **k: real_empty(*a, **k))
@@ -257,10 +260,13 @@ def mixed_probes(step):
         inkling_probe.probe("loop", torch.full((200,), float(i)).bfloat16() if i % 2 else torch.full((200,), float(i)))
 
 
-@pytest.mark.parametrize("writer", ["inline", "process", "process-ring"])
-def test_batched_tensors_read_back_bit_exact_with_the_stats_the_host_would_compute(tmp_path, monkeypatch, writer):
+@pytest.mark.parametrize("writer,device_stats", [("inline", True), ("process", True), ("process-ring", True),
+                                                 ("process", False)])
+def test_batched_tensors_read_back_bit_exact_with_the_stats_the_host_would_compute(tmp_path, monkeypatch, writer,
+                                                                                    device_stats):
     """A batch goes to the writer in one call (one message to a writer process, through the pipe or
-    the shared ring, split there)."""
+    the shared ring, split there); its statistics come from the device, or for a small batch
+    (``device_stats`` False: all of these) from the writer."""
     from inkling_probe.store import writer_process
     from inkling_probe.store.stats import array_stats
 
@@ -272,7 +278,8 @@ def test_batched_tensors_read_back_bit_exact_with_the_stats_the_host_would_compu
         inkling_probe.step()
         mixed_probes(step)
     sink.stop()
-    rec, stager = batched_recording(tmp_path / "batched", monkeypatch, writer=writer.split("-")[0])
+    rec, stager = batched_recording(tmp_path / "batched", monkeypatch, writer=writer.split("-")[0],
+                                    device_stats=device_stats)
     for step in range(2):
         inkling_probe.step()
         mixed_probes(step)
