@@ -101,6 +101,8 @@ class Recorder:
                 if self._writer is not None and self._dirty:
                     self._guarded("ending step", self._end_step)
                     self._dirty = False
+                elif hasattr(self._writer, "wait_for_ends"):  # durability=writer: the step before
+                    self._guarded("ending step", self._writer.wait_for_ends)  # is on disk, recorded or not
                 self.step_id += 1
             self._touched = True
             self._seq = 0

@@ -146,11 +146,12 @@ class StepBatch:
         return t.dtype in (torch.float32, torch.bfloat16) and 0 < t.numel() <= self.capacity // 2
 
     def takes_alone(self, t) -> bool:
-        """Too large for the buffer, but a batch of its own (statistics on the device; up to 2**24
-        values, so the statistics' float64 temporaries stay bounded)?"""
+        """Too large to share the buffer, but a batch of its own (statistics on the device)? Up to
+        ``capacity`` values, so its device copy and the statistics' float64 temporaries take no more
+        device memory than a full batch; larger tensors are copied to the host one by one."""
         import torch
 
-        return t.dtype in (torch.float32, torch.bfloat16) and self.capacity // 2 < t.numel() <= 1 << 24
+        return t.dtype in (torch.float32, torch.bfloat16) and self.capacity // 2 < t.numel() <= self.capacity
 
     def fits(self, t) -> bool:
         """Can ``t`` join the open batch now (room, same dtype, device and stream)?"""
@@ -187,7 +188,7 @@ class StepBatch:
             side.wait_stream(self._stream)
             self._buffer.record_stream(side)  # not reused by the model's stream until side is done
         with _on_stream(side):
-            host = self.stager.take(self._buffer.dtype, (self.capacity,))
+            host = self.stager.take(self._buffer.dtype, (_bucket(used, self.capacity),))
             host[:used].copy_(self._buffer[:used], non_blocking=True)
             hosts, stats = [host], None
             if self.stats and used >= DEVICE_STATS_MIN:  # smaller: the writer's host pass is cheaper
@@ -202,6 +203,12 @@ class StepBatch:
             token = (self.stager.record(), hosts)
         self.rows, self._spans, self._used, self._buffer, self._stream = [], [], 0, None, None
         return rows, host, token, spans, stats
+
+
+def _bucket(used: int, capacity: int) -> int:
+    """The host buffer size for ``used`` values: the next power of two (at least 64K), at most
+    ``capacity``; few distinct sizes, so pinned buffers are reused, and a small batch pins little."""
+    return min(capacity, max(1 << 16, 1 << (max(used, 1) - 1).bit_length()))
 
 
 DEVICE_STATS_MIN = 1 << 16  # a batch of fewer values leaves its statistics to the writer (a dozen

@@ -329,8 +329,8 @@ def cuda_main(repeats: int, steps: int) -> None:
             for _ in range(steps):
                 model(ids)  # calls step(), which waits for the previous step to be on disk
             inkling_probe.step()  # the last step on disk (durability=writer: with the writer)
-            if hasattr(rec._writer, "_acks_due"):
-                rec._writer._acks_due()  # every run ends with its steps on disk
+            if hasattr(rec._writer, "wait_for_ends"):
+                rec._writer.wait_for_ends()  # every run ends with its steps on disk
             torch.cuda.synchronize()
             del rec.next_step
             inkling_probe.sink._RECORDER = None

@@ -94,8 +94,8 @@ def main() -> None:
             model(ids)
         if rec is not None:
             inkling_probe.step()
-            if hasattr(rec._writer, "_acks_due"):
-                rec._writer._acks_due()  # every run ends with its steps on disk
+            if hasattr(rec._writer, "wait_for_ends"):
+                rec._writer.wait_for_ends()  # every run ends with its steps on disk
         torch.cuda.synchronize()
         sink._RECORDER = None
         return (time.perf_counter() - t0) / FORWARDS

@@ -68,7 +68,7 @@ def write_slice(doc: dict, dumps: dict, path: str, window: int = 2, max_tensor_m
             name = f"{side}/{key}"
             try:
                 src = dumps[side].rows(key, step, call)[0]
-                array = dumps[side].array(key, step, call=call)
+                array = stored_form(dumps[side].array(key, step, call=call), src["dtype"])
             except Exception as e:  # noqa: BLE001 - a missing or stats-only key is listed, not fatal
                 result.left_out.append(f"{name} ({str(e).splitlines()[0][:80]})")
                 continue
@@ -90,10 +90,20 @@ def write_slice(doc: dict, dumps: dict, path: str, window: int = 2, max_tensor_m
     return result
 
 
+def stored_form(array, dtype: str):
+    """What the writer stores for an array read back with ``Dump.array()``: bf16 (read as its exact
+    float32) goes back to its 2-byte bits (schema 3), so the slice's hashes equal the source's."""
+    import numpy as np
+
+    if dtype == "bfloat16" and array.dtype == np.float32:
+        return (np.ascontiguousarray(array).view(np.uint32) >> 16).astype(np.uint16)
+    return array
+
+
 def _row(src: dict, name: str, seq: int, array) -> dict:
     return {"key": name, "step": src["step"], "seq": seq, "call": src["call"], "rank": 0,
             "shape": schema.shape_text(array.shape), "dtype": src["dtype"],
-            "storage": "upcast" if src["dtype"] == "bfloat16" else src["storage"],  # array(): bf16 as float32
+            "storage": "native" if src["dtype"] == "bfloat16" else src["storage"],  # bf16: its bits (stored_form)
             "shard": "replicated", "dim": schema.NO_DIM, "token_dim": src["token_dim"],
             "token_start": src["token_start"], "numel": int(array.size),
             "meta": json.dumps(src["meta"], sort_keys=True) if src.get("meta") else ""}

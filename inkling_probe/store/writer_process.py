@@ -185,6 +185,10 @@ class ProcessWriter:
         except (BrokenPipeError, OSError):
             raise WriterDied(self._why()) from None
 
+    def wait_for_ends(self) -> None:
+        """Return once every segment end sent so far is on disk (acknowledged by the writer)."""
+        self._acks_due()
+
     def _acks_due(self) -> None:
         """Wait for the writer's acknowledgement of every segment end sent so far."""
         while self._unacked:

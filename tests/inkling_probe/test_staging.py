@@ -304,8 +304,8 @@ def test_batched_tensors_read_back_bit_exact_with_the_stats_the_host_would_compu
 
 def test_a_float_tensor_too_large_for_the_buffer_is_a_batch_of_its_own(tmp_path, monkeypatch):
     """fp32/bf16 larger than half the buffer (the logits) still get their statistics on the device
-    and one hand-over: never the one-by-one path; past 2**24 values (float32 counts stop being exact)
-    they take the one-by-one path."""
+    and one hand-over: never the one-by-one path; past the buffer's capacity (device memory for the
+    copy and its statistics) they take the one-by-one path."""
     rec, stager = batched_recording(tmp_path / "d", monkeypatch, capacity=4096)
     alone = []
     real_stage = stager.stage
@@ -317,7 +317,7 @@ def test_a_float_tensor_too_large_for_the_buffer_is_a_batch_of_its_own(tmp_path,
     big = torch.randn(3000).bfloat16()
     big[7] = float("nan")
     inkling_probe.probe("big", big)
-    huge = torch.zeros((1 << 24) + 1, dtype=torch.bfloat16)
+    huge = torch.zeros(4097, dtype=torch.bfloat16)  # capacity 4096
     inkling_probe.probe("huge", huge)
     sink.stop()
     d = inkling_probe.open(tmp_path / "d")
@@ -326,6 +326,26 @@ def test_a_float_tensor_too_large_for_the_buffer_is_a_batch_of_its_own(tmp_path,
     row = d.rows("big")[0]
     finite = big.float()[~torch.isnan(big.float())].double()
     assert row["nan"] == 1 and row["mean"] == pytest.approx(finite.mean().item(), rel=1e-6)
+
+
+def test_a_batch_pins_a_host_buffer_sized_to_it(tmp_path, monkeypatch):
+    """With a large device buffer, small batches take power-of-two host buffers (64K values and up),
+    not the whole capacity; what they carry reads back bit-exact."""
+    assert [staging._bucket(n, 1 << 23) for n in (1, 65536, 65537, 300_000, 1 << 23)] == \
+        [1 << 16, 1 << 16, 1 << 17, 1 << 19, 1 << 23]
+    assert staging._bucket(5000, 4096) == 4096
+    rec, stager = batched_recording(tmp_path / "d", monkeypatch, capacity=1 << 20)
+    taken = []
+    real_take = stager.take
+    monkeypatch.setattr(stager, "take", lambda dtype, shape, wait=True: taken.append(shape) or real_take(dtype, shape, wait))
+    want = {f"t{i}": torch.randn(100 * (i + 1)).bfloat16() for i in range(5)}
+    for name, t in want.items():
+        inkling_probe.probe(name, t)
+    sink.stop()
+    d = inkling_probe.open(tmp_path / "d")
+    for name, t in want.items():
+        assert torch.equal(d.tensor(name).view(torch.int16), t.view(torch.int16))
+    assert (1 << 16,) in taken and (1 << 20,) not in taken
 
 
 def test_batches_in_hash_mode_skip_statistics(tmp_path, monkeypatch):

@@ -40,6 +40,9 @@ def test_slice_is_a_dump_with_the_culprit_inputs_and_outputs_bit_exact(hunt, ama
         np.testing.assert_array_equal(s.array(f"cand/{CULPRIT}"), cand.array(CULPRIT))
         np.testing.assert_array_equal(s.array(f"ref/{CULPRIT}.in.0"), ref.array(f"{CULPRIT}.in.0"))
         assert s.rows(f"cand/{CULPRIT}")[0]["dtype"] == "bfloat16"
+        # bf16 is stored as itself in the slice too: the same bytes, the same hash as the source
+        assert s.rows(f"cand/{CULPRIT}")[0]["hash"] == cand.rows(CULPRIT)[0]["hash"]
+        assert s.rows(f"cand/{CULPRIT}")[0]["storage"] == "native"
 
 
 def test_report_cli_from_dumps_and_from_saved_json(hunt, amax_doc, tmp_path):

@@ -89,6 +89,25 @@ def test_a_writer_that_died_is_named_by_its_error_not_by_an_unread_ok(tmp_path):
     w.abandon()
 
 
+def test_writer_durability_waits_for_the_step_before_also_after_an_empty_step(tmp_path):
+    """Step 0 recorded, step 1 filtered out (nothing recorded): step() at the end of step 1 still
+    returns only once step 0 is on disk."""
+    folder = tmp_path / "d"
+    with inkling_probe.recording(folder, writer="process", durability="writer", steps="0,2") as rec:
+        inkling_probe.step()
+        inkling_probe.probe("t0", torch.ones(256, 300))
+        inkling_probe.step()  # step 0 is with the writer
+        assert rec._writer._unacked == 1
+        inkling_probe.probe("t0", torch.ones(256, 300))  # step 1: not recorded
+        inkling_probe.step()  # returns once step 0 is on disk
+        assert rec._writer._unacked == 0  # acknowledged: not left for a later step or close()
+        assert segments(folder) == [schema.segment_name(0, 0, _run_of(folder))]
+
+
+def _run_of(folder) -> str:
+    return (folder / schema.lock_name(0)).read_text().split()[0]
+
+
 def test_recording_with_writer_durability_matches_the_default(tmp_path):
     """The same probes recorded with each durability give the same dump contents, bit-exact."""
     tensors = {step: [torch.from_numpy(a) for a in step_arrays(step)] for step in range(4)}
