@@ -274,7 +274,10 @@ def report(results: dict, startup: dict | None) -> None:
 
 
 # -- CUDA: inkling_model small bf16, eager -------------------------------------------------------
-def cuda_main(repeats: int, steps: int) -> None:
+def cuda_small_model():
+    """(inkling_model small in bf16 on the GPU with seeded random weights, 256 token ids): the GPU
+    benches' model (also scripts/bench_record_parts.py); imports the model from this checkout when
+    it is not installed."""
     import importlib.util
 
     import torch
@@ -288,14 +291,20 @@ def cuda_main(repeats: int, steps: int) -> None:
     from inkling_model.config import InklingConfig
     from inkling_model.model import InklingForCausalLM
 
-    import inkling_probe
-
     torch.manual_seed(0)
     model = InklingForCausalLM(InklingConfig.preset("small"), dtype=torch.bfloat16).cuda().eval()
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0, 0.02) if p.is_floating_point() else None
-    ids = torch.randint(0, model.config.vocab_size, (256,), device="cuda")
+    return model, torch.randint(0, model.config.vocab_size, (256,), device="cuda")
+
+
+def cuda_main(repeats: int, steps: int) -> None:
+    import torch
+
+    import inkling_probe
+
+    model, ids = cuda_small_model()
     root = tempfile.mkdtemp(prefix="bench-cuda-")
 
     def plain():

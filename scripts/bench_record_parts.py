@@ -11,26 +11,17 @@ side by side with the plain forward (inkling_model small bf16, 256 tokens, proce
 
 A developer's tool (it patches internals); needs a CUDA GPU. Run: python scripts/bench_record_parts.py
 """
-import importlib.util
 import os
 import statistics
-import sys
 import tempfile
 import time
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if importlib.util.find_spec("inkling_model") is None:  # a checkout without the model installed
-    spec = importlib.util.spec_from_file_location("inkling_model", os.path.join(ROOT, "model", "__init__.py"),
-                                                  submodule_search_locations=[os.path.join(ROOT, "model")])
-    sys.modules["inkling_model"] = module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+from bench_record import cuda_small_model  # this folder, on sys.path when run as a script
 
-import inkling_probe  # noqa: E402
-from inkling_model.config import InklingConfig  # noqa: E402
-from inkling_model.model import InklingForCausalLM  # noqa: E402
-from inkling_probe import sink  # noqa: E402
+import inkling_probe  # bench_record put the checkout on sys.path
+from inkling_probe import sink
 
 FORWARDS = 4  # a timed run
 ROUNDS = 7
@@ -77,12 +68,7 @@ VARIANTS = {  # name: (durability, patch applied once the recorder's drain exist
 
 
 def main() -> None:
-    torch.manual_seed(0)
-    model = InklingForCausalLM(InklingConfig.preset("small"), dtype=torch.bfloat16).cuda().eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, 0.02) if p.is_floating_point() else None
-    ids = torch.randint(0, model.config.vocab_size, (256,), device="cuda")
+    model, ids = cuda_small_model()
     root = tempfile.mkdtemp(prefix="bench-parts-")
     recs = {}
 
