@@ -193,7 +193,7 @@ class StepBatch:
             hosts, stats = [host], None
             if self.stats and used >= DEVICE_STATS_MIN:  # smaller: the writer's host pass is cheaper
                 sizes = chunk_sizes([n for _, n, _ in spans])  # [m chunk lengths, then k chunk counts]
-                lengths = self.stager.take(torch.int64, (1 << (len(sizes) - 1).bit_length(),), wait=False)
+                lengths = self.stager.take(torch.int64, (_pow2(len(sizes)),), wait=False)
                 lengths[: len(sizes)].copy_(torch.tensor(sizes, dtype=torch.int64))
                 stats = self.stager.take(torch.float64, (len(spans), 5), wait=False)
                 dev = lengths[: len(sizes)].to(self._buffer.device, non_blocking=True)
@@ -205,10 +205,15 @@ class StepBatch:
         return rows, host, token, spans, stats
 
 
+def _pow2(n: int) -> int:
+    """The smallest power of two >= ``n`` (1 for n <= 1): few distinct pinned buffer sizes, reused."""
+    return 1 << (max(n, 1) - 1).bit_length()
+
+
 def _bucket(used: int, capacity: int) -> int:
     """The host buffer size for ``used`` values: the next power of two (at least 64K), at most
     ``capacity``; few distinct sizes, so pinned buffers are reused, and a small batch pins little."""
-    return min(capacity, max(1 << 16, 1 << (max(used, 1) - 1).bit_length()))
+    return min(capacity, max(1 << 16, _pow2(used)))
 
 
 DEVICE_STATS_MIN = 1 << 16  # a batch of fewer values leaves its statistics to the writer (a dozen

@@ -95,9 +95,9 @@ def stored_form(array, dtype: str):
     float32) goes back to its 2-byte bits (schema 3), so the slice's hashes equal the source's."""
     import numpy as np
 
-    if dtype == "bfloat16" and array.dtype == np.float32:
-        return (np.ascontiguousarray(array).view(np.uint32) >> 16).astype(np.uint16)
-    return array
+    from inkling_probe.store.stats import float32_to_bf16_bits
+
+    return float32_to_bf16_bits(array) if dtype == "bfloat16" and array.dtype == np.float32 else array
 
 
 def _row(src: dict, name: str, seq: int, array) -> dict:

@@ -16,7 +16,7 @@ import functools
 import numpy as np
 import torch
 
-from inkling_probe.store.stats import bf16_bits_to_float32  # noqa: F401 - part of this module's API
+from inkling_probe.store.stats import bf16_bits_to_float32, float32_to_bf16_bits  # noqa: F401 - this module's API too
 
 NATIVE = {
     torch.float64: np.float64, torch.float32: np.float32, torch.float16: np.float16,
@@ -110,7 +110,7 @@ def decode(array: np.ndarray, dtype_name_: str) -> torch.Tensor:
         if array.dtype == np.uint16:
             bits = np.ascontiguousarray(array)
         else:
-            bits = (np.ascontiguousarray(array, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+            bits = float32_to_bf16_bits(array)
         return torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16)
     if dtype in FP8 or dtype is E8M0:
         wide_u = np.uint32 if dtype is E8M0 else np.uint16

@@ -17,6 +17,11 @@ def bf16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
     return np.left_shift(np.asarray(bits, dtype=np.uint16), 16, dtype=np.uint32).view(np.float32)
 
 
+def float32_to_bf16_bits(wide: np.ndarray) -> np.ndarray:
+    """The inverse for exact float32 forms of bf16 values (bits << 16): their bit patterns (uint16)."""
+    return (np.ascontiguousarray(wide, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
 def array_stats(array: np.ndarray, storage: str, dtype: str = "") -> dict:
     """mean, rms and absmax over the finite values, and NaN and Inf counts.
 
