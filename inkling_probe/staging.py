@@ -11,11 +11,12 @@ wait until everything queued is with the writer, so a step is on disk when ``ste
 as with synchronous copies.
 
 Float32 and bf16 tensors (nearly everything a model records) are not copied one by one: each is
-copied into a slice of one device buffer of its dtype (:class:`StepBatch`, one kernel a probe).
-When the buffer fills, the stream changes, a tensor of another dtype is probed, or the step ends,
-a few kernels compute every tensor's statistics at once (:func:`segment_stats`) and one copy brings
-buffer and statistics to a pinned host buffer. So the host never makes a pass over the values for
-statistics, and the recording thread launches one kernel per probe.
+copied into a slice of the open device buffer of its dtype (:class:`StepBatch`, one kernel a
+probe). When the buffer fills, the stream changes or the step ends, five kernels compute per-row
+statistics of the whole buffer (:func:`row_stats`) and one copy brings buffer and row statistics
+to pinned host buffers; the drain thread adds each tensor's rows up. So the host never makes a pass
+over the values for statistics, and the recording thread launches one kernel per probe (the model
+is launch-bound: the recording thread's launches are what a recorded forward pays for).
 
 The device parts (pinned buffers, copies, events) sit behind :class:`CudaStager`; tests drive the
 same queue, thread and batches with CPU stand-ins.
@@ -123,35 +124,39 @@ class CudaStager:
 class StepBatch:
     """Consecutive probes of one dtype (float32 or bf16) in one device buffer of ``capacity`` values.
 
-    :meth:`append` queues one copy kernel; :meth:`seal` queues the statistics kernels and the copy
-    of everything to one pinned host buffer, and returns what the drain needs.
+    Each tensor starts at a multiple of :data:`ROW` values (the gap after it is zeros), so the buffer
+    reads as [rows, ROW] and no row holds two tensors: :meth:`seal` reduces each row with a handful
+    of kernels (:func:`row_stats`, no per-tensor launches) and the drain adds a tensor's rows up on
+    the host (:func:`sums_from_rows`). :meth:`append` queues one copy kernel; :meth:`seal` queues
+    the statistics and the copy of everything to one pinned host buffer, and returns what the
+    drain needs.
     """
 
     def __init__(self, stager, capacity: int = 8 << 20, stats: bool = True):
         self.stager, self.capacity, self.stats = stager, capacity, stats
         self.rows: list[dict] = []
         self._spans: list[tuple] = []  # (offset, numel, shape) of each tensor in the buffer
-        self._used = 0
-        self._buffer = None  # [capacity] float32 on the batch's device
+        self._used = 0  # values taken, gaps included: a multiple of ROW
+        self._buffer = None  # [capacity] float32 or bf16 on the batch's device
         self._stream = None  # the stream the batch's copies were queued on
         self._stream_key = None
 
     def __len__(self) -> int:
         return len(self.rows)
 
+    def sibling(self) -> "StepBatch":
+        """An empty batch with this one's stager, capacity and statistics setting."""
+        return StepBatch(self.stager, self.capacity, self.stats)
+
     def takes(self, t) -> bool:
         """Can ``t`` ever go into a batch (float32 or bf16, not empty, at most half the buffer)?"""
-        import torch
-
-        return t.dtype in (torch.float32, torch.bfloat16) and 0 < t.numel() <= self.capacity // 2
+        return t.dtype in _batched() and 0 < t.numel() <= self.capacity // 2
 
     def takes_alone(self, t) -> bool:
         """Too large to share the buffer, but a batch of its own (statistics on the device)? Up to
-        ``capacity`` values, so its device copy and the statistics' float64 temporaries take no more
-        device memory than a full batch; larger tensors are copied to the host one by one."""
-        import torch
-
-        return t.dtype in (torch.float32, torch.bfloat16) and self.capacity // 2 < t.numel() <= self.capacity
+        ``capacity`` values, so its device copy and the statistics' temporaries take no more device
+        memory than a full batch; larger tensors are copied to the host one by one."""
+        return t.dtype in _batched() and self.capacity // 2 < t.numel() <= self.capacity
 
     def fits(self, t) -> bool:
         """Can ``t`` join the open batch now (room, same dtype, device and stream)?"""
@@ -163,21 +168,22 @@ class StepBatch:
     def append(self, row: dict, t) -> None:
         import torch
 
-        if not self.rows:
-            self._buffer = torch.empty(self.capacity, dtype=t.dtype, device=t.device)
+        if not self.rows:  # zeros: the gaps between tensors add nothing to a row's statistics
+            self._buffer = torch.zeros(_aligned(self.capacity), dtype=t.dtype, device=t.device)
             self._stream, self._stream_key, self._used = _current_stream(t), _stream_key(t), 0
-        n = t.numel()
-        self._buffer[self._used: self._used + n].view(t.shape).copy_(t)  # one kernel: gather
-        self._spans.append((self._used, n, tuple(t.shape)))
-        self._used += n
+        n, at, shape = t.numel(), self._used, tuple(t.shape)
+        # one kernel: gather (as_strided: a third of slice-and-view's Python cost)
+        self._buffer.as_strided(shape, _contiguous_strides(shape), at).copy_(t)
+        self._spans.append((at, n, shape))
+        self._used = _aligned(at + n)
         self.rows.append(row)
 
     def seal(self):
-        """Queue statistics and the copy to the host: (rows, host buffer, token, spans, stats or None).
+        """Queue statistics and the copy to the host: (rows, host buffer, token, spans, row stats or None).
 
-        ``stats`` is a host [k, 5] float64 tensor: per tensor the finite values' sum, sum of squares
-        and absmax, the count of non-finite values and of NaNs; valid once the token's event is.
-        None for a batch of fewer than :data:`DEVICE_STATS_MIN` values (the writer computes them).
+        ``row stats`` is a host [4, m] float64 tensor, :func:`row_stats` of the buffer's m rows,
+        valid once the token's event is (:func:`sums_from_rows` makes them per tensor). None for a
+        batch of fewer than :data:`DEVICE_STATS_MIN` values (the writer computes them).
         """
         import torch
 
@@ -192,17 +198,22 @@ class StepBatch:
             host[:used].copy_(self._buffer[:used], non_blocking=True)
             hosts, stats = [host], None
             if self.stats and used >= DEVICE_STATS_MIN:  # smaller: the writer's host pass is cheaper
-                sizes = chunk_sizes([n for _, n, _ in spans])  # [m chunk lengths, then k chunk counts]
-                lengths = self.stager.take(torch.int64, (_pow2(len(sizes)),), wait=False)
-                lengths[: len(sizes)].copy_(torch.tensor(sizes, dtype=torch.int64))
-                stats = self.stager.take(torch.float64, (len(spans), 5), wait=False)
-                dev = lengths[: len(sizes)].to(self._buffer.device, non_blocking=True)
-                m = len(sizes) - len(spans)
-                stats.copy_(segment_stats(self._buffer[:used], dev[:m], dev[m:]), non_blocking=True)
-                hosts += [lengths, stats]
+                m = used // ROW
+                pinned = self.stager.take(torch.float64, (_pow2(4 * m),), wait=False)
+                stats = pinned[: 4 * m].view(4, m)
+                stats.copy_(row_stats(self._buffer[:used].view(m, ROW)), non_blocking=True)
+                hosts.append(pinned)
             token = (self.stager.record(), hosts)
         self.rows, self._spans, self._used, self._buffer, self._stream = [], [], 0, None, None
         return rows, host, token, spans, stats
+
+
+@functools.cache
+def _batched() -> tuple:
+    """The dtypes batches take: float32 and bfloat16 (torch is imported lazily)."""
+    import torch
+
+    return torch.float32, torch.bfloat16
 
 
 def _pow2(n: int) -> int:
@@ -212,56 +223,68 @@ def _pow2(n: int) -> int:
 
 def _bucket(used: int, capacity: int) -> int:
     """The host buffer size for ``used`` values: the next power of two (at least 64K), at most
-    ``capacity``; few distinct sizes, so pinned buffers are reused, and a small batch pins little."""
-    return min(capacity, max(1 << 16, _pow2(used)))
+    ``capacity`` (rounded up to whole rows); few distinct sizes, so pinned buffers are reused, and a
+    small batch pins little."""
+    return min(_aligned(capacity), max(1 << 16, _pow2(used)))
 
 
-DEVICE_STATS_MIN = 1 << 16  # a batch of fewer values leaves its statistics to the writer (a dozen
+DEVICE_STATS_MIN = 1 << 16  # a batch of fewer values leaves its statistics to the writer (a few
 # kernel launches cost the launch-bound model more than the writer's pass over a few KB)
-CHUNK = 1 << 16  # values a statistics kernel block reduces (segments are reduced a block each)
+ROW = 1 << 12  # values a statistics row holds: tensors start at multiples of it in a batch's buffer
 
 
-def chunk_sizes(numels: list) -> list:
-    """The chunk lengths of segments of ``numels`` values (each cut into chunks of at most
-    :data:`CHUNK`), followed by each segment's number of chunks: what :func:`segment_stats` takes."""
-    lengths, counts = [], []
-    for n in numels:
-        whole, rest = divmod(n, CHUNK)
-        lengths += [CHUNK] * whole + ([rest] if rest else [])
-        counts.append(whole + (rest > 0))
-    return lengths + counts
+def _contiguous_strides(shape: tuple) -> tuple:
+    """The strides of a contiguous tensor of ``shape``."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
 
 
-def segment_stats(x, lengths, counts=None):
-    """Per segment of flat float32 or bf16 ``x``: [k, 5] float64 of the finite values' sum, sum of
-    squares and absmax, the non-finite count and the NaN count.
+def _aligned(n: int) -> int:
+    """``n`` rounded up to whole rows."""
+    return -(-n // ROW) * ROW
 
-    ``x`` is cut into chunks of ``lengths`` ([m]); segment i is the next ``counts[i]`` chunks ([k];
-    None: each chunk is a segment). Reductions run a GPU block per chunk, so a segment of millions of
-    values is reduced by many blocks (one block per segment took ~10 ms for the logits), then the
-    chunks' partial results are combined. A few kernels for every segment at once; sums in float64
-    (no overflow, ~1e-16 rounding); per-chunk counts in float32 (exact: a chunk holds at most
-    2**24 values), combined in float64. Temporaries are freed as it goes: at most two [N] float64
-    arrays at a time.
+
+def row_stats(x):
+    """Per row of [m, R] float32 or bf16 ``x``: [4, m] float64 of the sum, the 2-norm (the root of
+    the sum of squares), the min and the max.
+
+    Five kernels whatever the number of tensors in the buffer (the launch-bound recording thread pays
+    per launch; per-tensor reductions cost it ~10 ms a forward). Sums in float64: no overflow, ~1e-16
+    rounding, deterministic. A row holding a NaN or an infinity has a non-finite norm; its tensor's
+    statistics are left to the writer (:func:`sums_from_rows`).
     """
     import torch
 
-    def per_chunk(values, how):
-        return torch.segment_reduce(values, how, lengths=lengths, unsafe=True)
+    out = torch.empty((4, x.shape[0]), dtype=torch.float64, device=x.device)
+    torch.sum(x, 1, dtype=torch.float64, out=out[0])
+    torch.linalg.vector_norm(x, 2, dim=1, dtype=torch.float64, out=out[1])
+    low, high = torch.aminmax(x, dim=1)
+    out[2].copy_(low)
+    out[3].copy_(high)
+    return out
 
-    finite = torch.isfinite(x)
-    nonfinite = per_chunk((~finite).float(), "sum").double()
-    nan = per_chunk(torch.isnan(x).float(), "sum").double()
-    clean = torch.where(finite, x, 0.0).double()  # non-finite values out of the sums; 0 never beats absmax
-    del finite
-    total = per_chunk(clean, "sum")
-    absmax = per_chunk(clean.abs(), "max")
-    sq = per_chunk(clean.square_(), "sum")
-    chunks = torch.stack([total, sq, absmax, nonfinite, nan], dim=1)  # [m, 5]
-    if counts is None:
-        return chunks
-    sums = torch.segment_reduce(chunks, "sum", lengths=counts, unsafe=True)  # [k, 5]
-    sums[:, 2] = torch.segment_reduce(chunks[:, 2], "max", lengths=counts, unsafe=True)
+
+def sums_from_rows(rows, spans: list, row: int | None = None):
+    """[k, 5] float64 per tensor of a batch, from its buffer's :func:`row_stats` (numpy [4, m]):
+    the sum, sum of squares and absmax, and 0 non-finite values and 0 NaNs; ``spans`` (offset,
+    numel, shape) place each tensor at the start of a row, its rows running to the next tensor's.
+
+    A tensor with a NaN or an infinity gets a NaN sum: the writer computes its statistics from the
+    values (counts, and sums over the finite values alone), as it does without device statistics.
+    """
+    import numpy as np
+
+    row = row or ROW
+    starts = np.fromiter((offset // row for offset, _, _ in spans), dtype=np.int64, count=len(spans))
+    total = np.add.reduceat(rows[0], starts)
+    squares = np.add.reduceat(np.square(rows[1]), starts)
+    absmax = np.maximum(np.maximum.reduceat(rows[3], starts), -np.minimum.reduceat(rows[2], starts))
+    sums = np.zeros((len(spans), 5))
+    sums[:, 0], sums[:, 1], sums[:, 2] = total, squares, absmax
+    sums[~np.isfinite(squares), 0] = np.nan
     return sums
 
 
@@ -297,14 +320,17 @@ def _on_stream(stream):
 
 
 class Drain:
-    """A thread that writes staged tensors in probe order; its first failure is kept for the caller.
+    """A thread that hands staged tensors to the writer; its first failure is kept for the caller.
 
-    With a :class:`StepBatch`, float32 and bf16 tensors are gathered into batches (sealed before any
-    other tensor is queued, so the writer still gets every tensor in probe order)."""
+    With a :class:`StepBatch`, float32 and bf16 tensors are gathered into batches, one open batch a
+    dtype (a float32 router probe between bf16 activations does not cut the bf16 batch short); the
+    writer gets tensors out of probe order (the reader orders them by their ``seq``), and every
+    tensor of a step before ``flush()`` returns."""
 
     def __init__(self, stager, write, batch: StepBatch | None = None, write_batch=None):
         self.stager = stager
-        self.batch = batch
+        self.batch = batch  # decides what is batched; open batches are its siblings
+        self._open: dict = {}  # dtype -> the open StepBatch of that dtype
         # write(row, host_tensor, done, stats): encode, hand to the writer; done() once it has it
         self._write = write
         # write_batch(rows, host_buffer, spans, sums, done): a sealed batch, likewise (with batch
@@ -319,11 +345,13 @@ class Drain:
         """Queue ``t`` (a device tensor) for writing under ``row``."""
         batch = self.batch
         if batch is not None and batch.takes(t):
-            if not batch.fits(t):
-                self._seal()
-            batch.append(row, t)
+            open_ = self._open.get(t.dtype)
+            if open_ is None:
+                open_ = self._open[t.dtype] = batch.sibling()
+            if not open_.fits(t):
+                self._seal(open_)
+            open_.append(row, t)
             return
-        self._seal()
         if batch is not None and batch.takes_alone(t):  # e.g. the logits: one copy, stats on the device
             alone = StepBatch(self.stager, capacity=t.numel(), stats=batch.stats)
             alone.append(row, t)
@@ -332,13 +360,14 @@ class Drain:
         host, token = self.stager.stage(t)
         self._queue.put(("one", row, host, token))
 
-    def _seal(self) -> None:
-        if self.batch is not None and len(self.batch):
-            self._queue.put(("batch", *self.batch.seal()))
+    def _seal(self, batch: StepBatch) -> None:
+        if len(batch):
+            self._queue.put(("batch", *batch.seal()))
 
     def flush(self) -> None:
         """Wait until everything queued so far is with the writer; re-raise a drain failure."""
-        self._seal()
+        for batch in self._open.values():
+            self._seal(batch)
         self._queue.join()
         if self.error is not None:
             raise self.error
@@ -377,6 +406,7 @@ class Drain:
         done = _once(lambda: self.stager.release(token))
         try:
             self.stager.wait(token)
+            sums = sums_from_rows(stats.numpy(), spans) if stats is not None else None
         except BaseException as e:  # noqa: BLE001 - kept and raised in the recording thread
             self.error = self.error or e
         if self.error is not None:
@@ -384,6 +414,6 @@ class Drain:
             return
         try:  # from here done() is the writer's to call, also when it fails part-way (jobs may
             # still be writing tensors of the batch it took)
-            self._write_batch(rows, host, spans, stats.numpy() if stats is not None else None, done)
+            self._write_batch(rows, host, spans, sums, done)
         except BaseException as e:  # noqa: BLE001
             self.error = self.error or e

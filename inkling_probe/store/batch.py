@@ -38,11 +38,12 @@ def split(rows: list, flat: np.ndarray, spans: list, sums: np.ndarray | None, st
     """(row, tensor view, stats) for each tensor of a batch, in order.
 
     ``spans``: (offset, numel, shape) of each tensor in ``flat``; ``sums``: [k, 5] float64 sums per
-    tensor (``staging.segment_stats``), turned into the statistics the writer takes as given; without
-    them, ``stats`` says whether the writer computes statistics itself.
+    tensor (``staging.sums_from_rows``), turned into the statistics the writer takes as given; without
+    them, or where a tensor's sum is NaN (it holds a NaN or an infinity), ``stats`` says whether the
+    writer computes statistics itself.
     """
     for i, (row, (offset, numel, shape)) in enumerate(zip(rows, spans)):
-        given = summary_from_sums(numel, *sums[i]) if sums is not None else stats
+        given = stats if sums is None or np.isnan(sums[i, 0]) else summary_from_sums(numel, *sums[i])
         yield row, flat[offset: offset + numel].reshape(shape), given
 
 

@@ -227,9 +227,10 @@ def test_on_gpu_staged_copies_keep_the_value_at_probe_time(tmp_path):
 # -- batches: float32/bf16 tensors gathered into one buffer, statistics computed there ---------------
 def batched_recording(path, monkeypatch, capacity=4096, writer="inline", device_stats=True, **kw):
     """The real CudaStager, StepBatch and Drain on CPU tensors (events and pinning stood in for);
-    ``device_stats``: every batch's statistics from segment_stats (else small ones from the writer)."""
+    ``device_stats``: every batch's statistics from row_stats (else small ones from the writer)."""
     if device_stats:
         monkeypatch.setattr(staging, "DEVICE_STATS_MIN", 0)
+    monkeypatch.setattr(staging, "ROW", 16)  # several tensors a batch, several rows a tensor
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     real_empty = torch.empty
     monkeypatch.setattr(torch, "empty", lambda *a, pin_memory=False, **k: real_empty(*a, **k))
@@ -376,31 +377,55 @@ def test_a_batch_write_failure_surfaces_and_gives_every_buffer_back(tmp_path, mo
     assert inkling_probe.open(tmp_path / "d").keys() == ["ok"]
 
 
-@pytest.mark.parametrize("chunk", [None, 7, 1], ids=["a chunk a segment", "chunks of 7", "chunks of 1"])
-def test_segment_stats_match_numpy_on_every_kind_of_segment(monkeypatch, chunk):
-    """Segments as one chunk each, and cut into chunks (as seal() does) whose partial results are
-    combined: the same statistics, NaN/inf counts exact."""
+@pytest.mark.parametrize("row", [1, 4, 16], ids=["rows of 1", "rows of 4", "rows of 16"])
+def test_row_statistics_add_up_to_each_tensors_statistics(monkeypatch, row):
+    """Tensors at row starts in a zero-padded buffer (as StepBatch lays them out): row_stats then
+    sums_from_rows give the host's statistics; a tensor with a NaN or an infinity is marked (NaN
+    sum) for the writer, its neighbours are not."""
     from inkling_probe.store.stats import array_stats, summary_from_sums
 
+    monkeypatch.setattr(staging, "ROW", row)
     g = torch.Generator().manual_seed(0)
-    parts = [torch.randn(100, generator=g), torch.tensor([float("nan"), 1.0, -3.0]),
+    parts = [torch.randn(100, generator=g), torch.tensor([float("nan"), 1.0, -3.0]), torch.tensor([-7.0]),
              torch.tensor([float("inf")] * 4), torch.randn(1, generator=g) * 1e38, torch.tensor([-2.5e38, 3e38]),
-             torch.tensor([float("nan")] * 9 + [-7.0] + [float("-inf")] * 5)]
-    x = torch.cat(parts)
-    if chunk is None:
-        out = staging.segment_stats(x, torch.tensor([p.numel() for p in parts]))
-    else:
-        monkeypatch.setattr(staging, "CHUNK", chunk)
-        sizes = staging.chunk_sizes([p.numel() for p in parts])
-        m = len(sizes) - len(parts)
-        assert sum(sizes[:m]) == x.numel() and max(sizes[:m]) <= chunk
-        out = staging.segment_stats(x, torch.tensor(sizes[:m]), torch.tensor(sizes[m:]))
-    assert tuple(out.shape) == (len(parts), 5)
-    for p, sums in zip(parts, out.numpy()):
-        got, want = summary_from_sums(p.numel(), *sums), array_stats(p.numpy(), "native")
-        assert (got["nan"], got["inf"]) == (want["nan"], want["inf"])
+             torch.randn(33, generator=g) - 5, torch.tensor([float("nan")] * 9 + [-7.0] + [float("-inf")] * 5)]
+    spans, at = [], 0
+    for p in parts:
+        spans.append((at, p.numel(), tuple(p.shape)))
+        at = staging._aligned(at + p.numel())
+    buffer = torch.zeros(at)
+    for (offset, n, _), p in zip(spans, parts):
+        buffer[offset: offset + n] = p
+    rows = staging.row_stats(buffer.view(-1, row))
+    assert tuple(rows.shape) == (4, at // row) and rows.dtype is torch.float64
+    sums = staging.sums_from_rows(rows.numpy(), spans)
+    assert tuple(sums.shape) == (len(parts), 5)
+    for p, s in zip(parts, sums):
+        want = array_stats(p.numpy(), "native")
+        if want["nan"] or want["inf"]:
+            assert np.isnan(s[0]), p
+            continue
+        got = summary_from_sums(p.numel(), *s)
+        assert (got["nan"], got["inf"]) == (0, 0)
         for k in ("mean", "rms", "absmax"):
-            assert (np.isnan(got[k]) and np.isnan(want[k])) or got[k] == pytest.approx(want[k], rel=1e-6)
+            assert got[k] == pytest.approx(want[k], rel=1e-6), (p, k)
+
+
+def test_the_batch_buffer_puts_each_tensor_at_a_row_start_with_zeros_between(monkeypatch):
+    monkeypatch.setattr(staging, "ROW", 8)
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    real_empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, pin_memory=False, **k: real_empty(*a, **k))
+    batch = staging.StepBatch(staging.CudaStager(), capacity=64)
+    a, b = torch.arange(1.0, 4.0), torch.arange(1.0, 19.0).view(3, 6)[:, 1:5]  # b: a non-contiguous view
+    batch.append({"key": "a"}, a)
+    assert batch.fits(b) and batch._used == 8
+    batch.append({"key": "b"}, b)
+    assert not batch.fits(torch.ones(49))  # 16 used, 48 left
+    rows, host, token, spans, stats = batch.seal()
+    assert spans == [(0, 3, (3,)), (8, 12, (3, 4))]
+    assert host[:24].tolist() == [1, 2, 3, 0, 0, 0, 0, 0] + b.reshape(-1).tolist() + [0] * 4
+    assert stats is None  # 24 values < DEVICE_STATS_MIN: the writer computes them
 
 
 @pytest.mark.cuda

@@ -23,6 +23,15 @@ def test_split_gives_each_tensor_its_view_and_statistics_in_order():
     assert [s for _, _, s in split(rows, flat, spans, None, stats=False)] == [False] * 3
 
 
+def test_a_tensor_whose_sums_are_nan_gets_its_statistics_from_the_writer():
+    """A NaN sum marks a tensor holding a NaN or an infinity (staging.sums_from_rows): the writer
+    computes its statistics (counts, finite values' sums) from the values."""
+    rows, flat, spans, sums = _batch()
+    sums[1, 0] = np.nan
+    given = [s for _, _, s in split(rows, flat, spans, sums, stats=True)]
+    assert isinstance(given[0], dict) and given[1] is True and isinstance(given[2], dict)
+
+
 def test_the_buffer_is_freed_once_the_last_tensor_is_stored():
     rows, flat, spans, sums = _batch()
     callbacks, freed = [], []
