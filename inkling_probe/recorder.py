@@ -128,6 +128,8 @@ class Recorder:
             finally:
                 if self._drain is not None:
                     self._drain.close()
+                    if hasattr(self._drain.stager, "close"):
+                        self._drain.stager.close()  # the ring is unregistered before it is unmapped
                     self._drain = None
             writer, self._writer = self._writer or self._spare, None
             self._spare = None
@@ -198,13 +200,28 @@ class Recorder:
     def _staged(self, row: dict, t) -> None:
         """Copy ``t`` to the host asynchronously; the drain thread writes it (staging.py)."""
         if self._drain is None:
-            from inkling_probe.staging import CudaStager, Drain, StepBatch
-            stager = self._stager or CudaStager()
+            from inkling_probe.staging import Drain, StepBatch
+            stager = self._stager or self._device_stager()
             batch = StepBatch(stager, stats=self.settings.mode != "hash") if self._stager is None else None
             self._drain = Drain(stager, self._write, batch, self._write_batch)
+            stager.cancelled = lambda: self._drain.error if self._drain is not None else None
         if self._drain.error is not None:
             raise self._drain.error
         self._drain.put(row, t)
+
+    def _device_stager(self):
+        """Staging into the writer process's shared ring (registered as pinned memory: no host
+        copy), or, inline or where the ring is missing or can't be registered, pooled pinned buffers."""
+        from inkling_probe.staging import CudaStager, RingStager
+
+        claim = getattr(self._writer, "claim_ring", None)
+        ring = claim() if claim is not None else None
+        if ring is not None:
+            try:
+                return RingStager(ring, self._writer.wait_for_ring_space)
+            except OSError as e:
+                sys.stderr.write(f"inkling-probe: {e}; staging through pinned buffers (slower)\n")
+        return CudaStager()
 
     def _write(self, row: dict, host, done, stats) -> None:
         """Encode a host tensor and hand it to the writer (recording thread or drain thread).

@@ -2,7 +2,8 @@
 side by side with the plain forward (inkling_model small bf16, 256 tokens, process writer).
 
   record() only        probes filtered and indexed, nothing copied
-  drain, no writer     copies, batches, statistics and device-to-host copies; the writer gets nothing
+  drain, no writer     copies, batches, statistics and device-to-host copies (into pooled pinned
+                       buffers); the writer gets nothing
   ... spinning events  the same with the drain thread spinning in cudaEventSynchronize (the old way)
   ... logits one by one  the same with a float tensor too large for the batch copied on its own
   ... fp32 one by one  the same with float32 tensors copied one by one (only bf16 batched)
@@ -21,7 +22,7 @@ import torch
 from bench_record import cuda_small_model  # this folder, on sys.path when run as a script
 
 import inkling_probe  # bench_record put the checkout on sys.path
-from inkling_probe import sink
+from inkling_probe import sink, staging
 
 FORWARDS = 4  # a timed run
 ROUNDS = 7
@@ -38,8 +39,15 @@ def spinning_events(stager) -> None:
 
 
 def no_writer(rec) -> None:
-    rec._drain._write_batch = lambda rows, host, spans, sums, done: done()
-    rec._drain._write = lambda row, host, done, stats: done()
+    """The writer gets nothing; staging goes through pooled pinned buffers (slots of the writer's
+    ring would never be freed without it)."""
+    pooled = staging.CudaStager()
+    drain = rec._drain
+    for batch in (drain.batch, *drain._open.values()):
+        batch.stager = pooled
+    drain.stager = pooled
+    drain._write_batch = lambda rows, host, spans, sums, done: done()
+    drain._write = lambda row, host, done, stats: done()
 
 
 def nothing_staged(rec) -> None:

@@ -31,7 +31,7 @@ def wrap(cls, name, tag):
 
 wrap(R.Recorder, "next_step", "m.step"); wrap(S.Drain, "flush", "m.flush"); wrap(WP.ProcessWriter, "_ack", "m.ack")
 wrap(S.Drain, "_drain_batch", "d.batch"); wrap(S.Drain, "_seal", "m.seal"); wrap(S.CudaStager, "wait", "d.wait")
-wrap(WP.ProcessWriter, "_wait_for_ring", "d.ringwait")
+wrap(WP.ProcessWriter, "_wait_for_ring", "d.ringwait"); wrap(WP.ProcessWriter, "wait_for_ring_space", "m.ringwait")
 DEV = os.environ.get('DEV', 'cuda')
 def sync():
     if DEV == 'cuda': torch.cuda.synchronize()
@@ -97,7 +97,7 @@ def spans(evs, tag):
         if g == tag + "<": st = t
         elif g == tag + ">" and st is not None: out.append((st, t)); st = None
     return out
-for tag in ("m.fwd", "m.step", "m.flush", "m.ack", "d.batch", "d.wait", "d.ringwait", "w.add", "w.create", "w.end", "w.jobswait", "w.finish"):
+for tag in ("m.fwd", "m.step", "m.flush", "m.ack", "d.batch", "d.wait", "d.ringwait", "m.ringwait", "w.add", "w.create", "w.end", "w.jobswait", "w.finish"):
     s = spans(allev, tag)
     tot = sum(b - a for a, b in s)
     print(f"{tag:12s} n={len(s):4d} total {tot*1e3:8.1f} ms  per step {tot/N*1e3:7.2f} ms")

@@ -1,9 +1,13 @@
 """A shared-memory ring that carries large tensors from the recording process to the writer process.
 
 Sending a large tensor down the pipe costs two copies (into and out of the kernel); through the ring
-it costs one copy in the recording process, and the writer reads it in place. The first 8 bytes hold
-the writer's ``tail`` (bytes consumed so far, monotonic); the recording process owns ``head``.
-Space is reused only after the writer has moved ``tail`` past it.
+it costs one copy in the recording process, and the writer reads it in place. GPU recording copies
+device tensors straight into the ring (a :meth:`RingWriter.slot`, the ring registered as pinned
+memory: staging.RingStager), so the recording process copies nothing. The first page holds the
+writer's ``tail`` (bytes consumed so far, monotonic); the recording process owns ``head``. Each
+payload is the interval [start, end) of the head's sequence; space is reused only after the writer
+has moved ``tail`` past it, which it does over finished payloads in head order, whatever order
+they were sent or finished in.
 
 The ring is a file in /dev/shm (the temp dir where /dev/shm is missing or read-only), unlinked the
 moment it is created (the writer inherits its file descriptor), so nothing outlives the processes,
@@ -13,7 +17,6 @@ tensors go through the pipe, with one warning line, instead of a SIGBUS at the f
 """
 from __future__ import annotations
 
-import collections
 import mmap
 import os
 import struct
@@ -24,7 +27,8 @@ import time
 import numpy as np
 
 _TAIL = struct.Struct("<q")
-_HEADER = _TAIL.size
+_HEADER = 4096  # a page: the data is page-aligned (it may be registered as pinned memory)
+_ALIGN = 64  # payload starts are multiples of this
 
 
 class RingFull(RuntimeError):
@@ -66,7 +70,8 @@ def reserve(fd: int, size: int) -> int:
 
 
 class RingWriter:
-    """Recording-process side: copy payloads in, wait for space when the writer lags."""
+    """Recording-process side: copy payloads in (or hand out slots to fill), wait for space when the
+    writer lags."""
 
     def __init__(self, fd: int, size: int):
         self.fd = fd  # kept open until the writer has inherited it
@@ -74,27 +79,70 @@ class RingWriter:
         self.size = size
         self.head = 0
         self._data = np.frombuffer(self._mm, dtype=np.uint8, offset=_HEADER)
+        self._lock = threading.Lock()  # head: slots are taken by the recording thread
+        self._placed: dict = {}  # data address -> (offset, start, end, nbytes) of slots not sent yet
 
-    def put(self, payload: np.ndarray, wait) -> tuple[int, int]:
-        """Copy ``payload`` (bytes view) in; returns (offset, end) for the writer. ``wait()`` is
-        called while there is no space (it must flush pending messages and check the writer)."""
+    def address(self) -> int:
+        """The mapping's first byte (page-aligned); it is ``_HEADER + size`` bytes long."""
+        return self._data.ctypes.data - _HEADER
+
+    def mapped_bytes(self) -> int:
+        return _HEADER + self.size
+
+    def reserve(self, n: int, wait) -> tuple[int, int, int]:
+        """Space for ``n`` bytes: (offset in the data, start, end) in the head's sequence.
+        ``wait()`` is called while there is no space (it must check the writer, and may raise)."""
+        n = -(-n // _ALIGN) * _ALIGN  # every payload starts aligned for any dtype
+        if n > self.size:
+            raise ValueError(f"{n} bytes do not fit a ring of {self.size}")
+        with self._lock:
+            start, pos = self.head, self.head % self.size
+            if pos + n > self.size:  # never split a payload: skip to the start of the ring
+                self.head += self.size - pos
+                pos = 0
+            while self.head + n - self.tail() > self.size:
+                wait()
+            self.head += n
+            return pos, start, self.head
+
+    def put(self, payload: np.ndarray, wait) -> tuple[int, int, int]:
+        """Copy ``payload`` (bytes view) in; returns (offset, start, end) for the writer."""
         n = payload.nbytes
-        pos = self.head % self.size
-        if pos + n > self.size:  # never split a payload: skip to the start of the ring
-            self.head += self.size - pos
-            pos = 0
-        while self.head + n - self.tail() > self.size:
-            wait()
+        pos, start, end = self.reserve(n, wait)
         self._data[pos: pos + n] = payload.reshape(-1).view(np.uint8)
-        self.head += n
-        return pos, self.head
+        return pos, start, end
+
+    def slot(self, n: int, wait) -> np.ndarray:
+        """A uint8 view of ``n`` reserved bytes for the caller to fill; an array over them handed to
+        :meth:`placed` later is sent by position, not copied."""
+        pos, start, end = self.reserve(n, wait)
+        view = self._data[pos: pos + n]
+        self._placed[view.ctypes.data] = (pos, start, end, n)
+        return view
+
+    def placed(self, array: np.ndarray) -> tuple[int, int, int] | None:
+        """(offset, start, end) when ``array`` starts a slot and lies within it (the slot is then
+        sent, and freed whole once the writer is done); None for an array outside the ring."""
+        if not array.size:
+            return None
+        address = array.ctypes.data
+        where = self._placed.get(address)
+        if where is None or where[3] < array.nbytes or not array.flags.c_contiguous:
+            if 0 <= address - self._data.ctypes.data < self.size:  # a slot would never be freed
+                raise ValueError("an array in the ring that is not a whole slot's start")
+            return None
+        del self._placed[address]
+        return where[:3]
 
     def tail(self) -> int:
         return _TAIL.unpack_from(self._mm, 0)[0]
 
     def close(self) -> None:
         self._data = None
-        self._mm.close()
+        try:
+            self._mm.close()
+        except BufferError:  # a view of a slot is still alive: the mapping goes with the last one
+            pass
         self.close_fd()
 
     def close_fd(self) -> None:
@@ -113,29 +161,28 @@ class RingReader:
         finally:
             os.close(fd)
         self._data = np.frombuffer(self._mm, dtype=np.uint8, offset=_HEADER)
-        self._open: collections.deque = collections.deque()  # [end, finished] of payloads in use
+        self._finished: dict = {}  # start -> end of finished payloads the tail has not passed
+        self._tail = 0
         self._lock = threading.Lock()
 
     def view(self, offset: int, nbytes: int, dtype: str, shape) -> np.ndarray:
         return self._data[offset: offset + nbytes].view(np.dtype(dtype)).reshape(shape)
 
-    def pending(self, end: int):
-        """Register the next payload (ending at ``end``); returns the callback that frees it.
+    def pending(self, start: int, end: int):
+        """Register a payload, [start, end) of the head's sequence; returns the callback that frees it.
 
-        Payloads may be finished out of order (the writer's job threads); the tail moves past a
-        payload only once it and every earlier one are finished.
+        Payloads may arrive and be finished out of order (slots are sent as their copies complete,
+        and the writer's job threads finish in any order); the tail moves past a payload only once
+        it and every one before it in the head's sequence are finished.
         """
-        with self._lock:
-            entry = [end, False]
-            self._open.append(entry)
-
         def done():
             with self._lock:
-                entry[1] = True
-                tail = None
-                while self._open and self._open[0][1]:
-                    tail = self._open.popleft()[0]
-                if tail is not None:
+                self._finished[start] = end
+                tail = self._tail
+                while tail in self._finished:
+                    tail = self._finished.pop(tail)
+                if tail != self._tail:
+                    self._tail = tail
                     self.consumed(tail)
         return done
 

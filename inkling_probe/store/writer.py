@@ -33,12 +33,14 @@ import numpy as np
 
 from inkling_probe.errors import DumpError
 from inkling_probe.store import schema
-from inkling_probe.store.batch import add_each
+from inkling_probe.store.batch import Countdown, add_each
 from inkling_probe.store.stats import NAN_STATS, array_stats, content_hash
 
 _GZIP_MIN_BYTES = 1 << 20
 _PACK_PART_BYTES = 1 << 20
 _MAX_WORKERS = 4
+_SPLIT_BYTES = 4 << 20  # a tensor this large is hashed and written by two job threads at once (the
+# logits, last in a forward, are most of a step's tail: ~1.3 ms of hashing off it per 16 MB)
 
 
 def default_workers() -> int:
@@ -334,10 +336,46 @@ def _summarise(row: dict, array: np.ndarray, stats) -> None:
                    else {**NAN_STATS, "nan": -1, "inf": -1})
 
 
+def _nothing() -> None:
+    pass
+
+
 def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
     while len(data):
         n = os.pwrite(fd, data, offset)
         data, offset = data[n:], offset + n
+
+
+_FALLOCATE = [None]  # libc's fallocate, found once; False where there is none or it is not supported
+
+
+def _reserve_blocks(fd: int, offset: int, nbytes: int) -> None:
+    """Allocate a dataset's blocks before its ``pwrite`` (Linux ``fallocate``): a buffered write
+    into allocated blocks skips block allocation (54 MB a step in 512 KB writes: 13.6-15.4 ms ->
+    11.8-12.1 ms on ext4 here), and a full disk fails here, before any byte is written. Where the
+    file system has no ``fallocate`` (EOPNOTSUPP) this is skipped from then on; glibc's
+    ``posix_fallocate`` is not used: it would emulate it by writing zeros."""
+    call = _FALLOCATE[0]
+    if call is None:
+        try:
+            import ctypes
+            import ctypes.util
+
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            call = libc.fallocate
+            call.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+        except (OSError, AttributeError):
+            call = False
+        _FALLOCATE[0] = call
+    if call is False or call(fd, 0, offset, nbytes) == 0:
+        return
+    import ctypes
+
+    code = ctypes.get_errno()
+    if code in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+        _FALLOCATE[0] = False  # not this file system: plain writes
+        return
+    raise OSError(code, os.strerror(code))
 
 
 class _Jobs:
@@ -362,15 +400,25 @@ class _Jobs:
             return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="inkling-probe-write")
-        self._futures.append(self._pool.submit(self._run, row, array, fd, offset, stats, folder, on_stored))
+        if self.workers >= 2 and array.nbytes >= _SPLIT_BYTES:  # hash and write side by side
+            left = Countdown(2, on_stored or _nothing)
+            self._futures.append(self._pool.submit(self._run, row, array, fd, offset, stats, folder, left.one,
+                                                   write=False))
+            self._futures.append(self._pool.submit(self._run, row, array, fd, offset, stats, folder, left.one,
+                                                   summarise=False))
+        else:
+            self._futures.append(self._pool.submit(self._run, row, array, fd, offset, stats, folder, on_stored))
         if len(self._futures) > 256:
             self._futures = [f for f in self._futures if not f.done()]
 
-    def _run(self, row, array, fd, offset, stats, folder, on_stored) -> None:
+    def _run(self, row, array, fd, offset, stats, folder, on_stored, summarise=True, write=True) -> None:
+        """Hash and summarise the tensor, and write its bytes at ``offset`` (or one of the two)."""
         try:
             if self._error is None:
-                _summarise(row, array, stats)
-                if array.size:
+                if summarise:
+                    _summarise(row, array, stats)
+                if write and array.size:
+                    _reserve_blocks(fd, offset, array.nbytes)
                     _pwrite_all(fd, memoryview(np.ascontiguousarray(array)).cast("B"), offset)
         except Exception as e:
             with self._lock:

@@ -60,6 +60,7 @@ class ProcessWriter:
                                           bufsize=0, pass_fds=() if self._ring_fd is None else (self._ring_fd,))
         self._ring = None  # mapped once the writer says it reserved the space
         self._ring_pending = self._ring_fd is not None
+        self._ring_claimed = False  # GPU staging fills the ring's slots; nothing else is put there
         self._fd = self._proc.stdin.fileno()
         _grow_pipe(self._fd)
         self._batch = bytearray()
@@ -109,11 +110,18 @@ class ProcessWriter:
                 on_stored()
 
     def _send_payload(self, header: dict, array: np.ndarray) -> None:
-        """Send ``header`` with ``array`` (described in it): through the ring when it fits there."""
+        """Send ``header`` with ``array`` (described in it): by position when it is a ring slot
+        (filled in place), else through the ring when it fits there (unless the ring is claimed),
+        else through the pipe."""
         header.update(np=array.dtype.str, shape=array.shape)
         self._ring_status(block=False)
-        if self._ring is not None and _RING_MIN_BYTES <= array.nbytes <= self._ring.size // 2:
-            header["ring"] = (*self._ring.put(array, self._wait_for_ring), array.nbytes)  # pos, end, n
+        ring, where = self._ring, None
+        if ring is not None:
+            where = ring.placed(array)
+            if where is None and not self._ring_claimed and _RING_MIN_BYTES <= array.nbytes <= ring.size // 2:
+                where = ring.put(array, self._wait_for_ring)
+        if where is not None:
+            header["ring"] = (*where, array.nbytes)  # offset, start, end, bytes
             self._send(header)
             self._flush()  # let the writer start on it now, not when the batch fills
         else:
@@ -121,6 +129,19 @@ class ProcessWriter:
 
     def _wait_for_ring(self) -> None:
         self._flush()  # the writer can only free space for messages it has received
+        self.wait_for_ring_space()
+
+    def claim_ring(self):
+        """The shared ring for GPU staging to fill in place (staging.RingStager), or None when there
+        is none. From then on only its slots go through the ring (the claimer takes them in the
+        order their messages are sent); other payloads go through the pipe."""
+        self._ring_status(block=True)
+        if self._ring is not None:
+            self._ring_claimed = True
+        return self._ring
+
+    def wait_for_ring_space(self) -> None:
+        """One wait for ring space (a claimer's slot): raises if the writer process is gone."""
         if self._proc.poll() is not None:
             raise WriterDied(self._why())
         backoff()
@@ -287,13 +308,13 @@ def _apply(stdin, stdout, ring, writer, done, SegmentWriter):
         return writer, done, True
     op = msg["op"]
     if op in ("add", "batch"):
-        where = msg.get("ring")
+        where = msg.get("ring")  # (offset, start, end, bytes), or None: the bytes are the payload
         if where is None:
             array = np.frombuffer(payload, dtype=np.dtype(msg["np"])).reshape(msg["shape"])
         else:
-            array = ring.view(where[0], where[2], msg["np"], msg["shape"])
+            array = ring.view(where[0], where[3], msg["np"], msg["shape"])
         # the ring's space is free again once add() (or its job) has copied or written the data
-        on_stored = _owned if where is None else ring.pending(where[1])
+        on_stored = _owned if where is None else ring.pending(where[1], where[2])
         if op == "add":
             writer.add(msg["row"], array, stats=msg["stats"], store=msg["store"], on_stored=on_stored)
         else:

@@ -377,6 +377,130 @@ def test_a_batch_write_failure_surfaces_and_gives_every_buffer_back(tmp_path, mo
     assert inkling_probe.open(tmp_path / "d").keys() == ["ok"]
 
 
+# -- the ring stager: copies straight into the writer process's shared ring ---------------------
+def ring_recording(path, monkeypatch, ring_bytes=64 << 10):
+    """A process-writer recording whose drain stages into the writer's ring (RingStager), on CPU
+    tensors: registration and events stood in for, a small ring so it wraps and fills."""
+    from inkling_probe.store import writer_process
+
+    monkeypatch.setattr(writer_process, "_RING_BYTES", ring_bytes)
+    monkeypatch.setattr(staging, "ROW", 16)
+    monkeypatch.setattr(staging, "DEVICE_STATS_MIN", 0)
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    registered = []
+    monkeypatch.setattr(staging, "_host_register", lambda address, n: registered.append((address, n)))
+    monkeypatch.setattr(staging, "_host_unregister", lambda address: registered.remove(
+        next(r for r in registered if r[0] == address)))
+    real_empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, pin_memory=False, **k: real_empty(*a, **k))
+    sink.start(settings.make(path, writer="process"))
+    inkling_probe.probe("first", torch.ones(3))  # opens the writer (a CPU tensor: through the pipe)
+    rec = sink.active_recorder()
+    stager = rec._device_stager()
+    assert isinstance(stager, staging.RingStager) and registered == [(stager.ring.address(), stager.ring.mapped_bytes())]
+    stager.min_bytes = 1  # these small tensors too
+    rec._stager = stager
+    rec._drain = staging.Drain(stager, rec._write, staging.StepBatch(stager, capacity=2048), rec._write_batch)
+    stager.cancelled = lambda: rec._drain.error
+    return rec, stager, registered
+
+
+def test_ring_staging_reads_back_what_the_cpu_path_stores_and_copies_nothing_on_the_host(tmp_path, monkeypatch):
+    """Batches and single tensors are copied into ring slots and sent by position: no ring.put (the
+    host copy it replaces), the ring wraps and fills (the recording thread waits for the writer),
+    and every tensor reads back with the hash and statistics of a plain CPU recording."""
+    from inkling_probe.store import ring
+
+    sink.start(settings.make(tmp_path / "plain", writer="inline"))
+    inkling_probe.probe("first", torch.ones(3))
+    for step in range(4):
+        inkling_probe.step()
+        mixed_probes(step)
+    sink.stop()
+
+    def no_put(*a, **k):
+        raise AssertionError("a payload was copied into the ring")
+    monkeypatch.setattr(ring.RingWriter, "put", no_put)
+    rec, stager, registered = ring_recording(tmp_path / "ring", monkeypatch, ring_bytes=16 << 10)
+    ring_writer = stager.ring
+    waited = []
+    real_wait = stager._wait
+    stager._wait = lambda: waited.append(1) or real_wait()
+    for step in range(4):
+        inkling_probe.step()
+        mixed_probes(step)
+    sink.stop()
+    assert ring_writer.head > 2 * ring_writer.size and waited  # wrapped, and filled up at least once
+    assert registered == [] and not ring_writer._placed  # unregistered at close; every slot was sent
+    plain, staged = inkling_probe.open(tmp_path / "plain"), inkling_probe.open(tmp_path / "ring")
+    assert [(r["key"], r["step"], r["call"]) for r in staged.index] == [(r["key"], r["step"], r["call"]) for r in plain.index]
+    for rp, rs in zip(plain.index, staged.index):
+        assert (rp["hash"], rp["nan"], rp["inf"]) == (rs["hash"], rs["nan"], rs["inf"]), rs["key"]
+        for k in ("mean", "rms", "absmax"):
+            assert (np.isnan(rp[k]) and np.isnan(rs[k])) or rs[k] == pytest.approx(rp[k], rel=1e-5, abs=1e-30)
+    assert stager._outstanding == 0
+
+
+def test_ring_staging_keeps_8bit_floats_and_small_tensors_in_pooled_buffers(tmp_path, monkeypatch):
+    rec, stager, _ = ring_recording(tmp_path / "d", monkeypatch)
+    stager.min_bytes = 64
+    slots = []
+    real_slot = stager.ring.slot
+    monkeypatch.setattr(stager.ring, "slot", lambda n, wait: slots.append(n) or real_slot(n, wait))
+    fp8 = torch.randn(100).to(torch.float8_e4m3fn)
+    inkling_probe.probe("fp8", fp8)  # stored upcast: encode makes a new array, so not a slot
+    inkling_probe.probe("tiny", torch.arange(3))  # 24 bytes < min_bytes
+    inkling_probe.probe("ids", torch.arange(100))  # 800 bytes: a slot
+    sink.stop()
+    assert slots == [800]
+    d = inkling_probe.open(tmp_path / "d")
+    assert torch.equal(d.tensor("fp8").view(torch.uint8), fp8.view(torch.uint8))
+    assert d.tensor("tiny").tolist() == [0, 1, 2] and torch.equal(d.tensor("ids"), torch.arange(100))
+
+
+def test_a_refused_registration_stages_through_pooled_buffers_with_one_warning(tmp_path, monkeypatch, capfd):
+    def refuse(address, n):
+        raise OSError("cudaHostRegister of the writer's ring failed (CUDA error 1)")
+    monkeypatch.setattr(staging, "_host_register", refuse)
+    sink.start(settings.make(tmp_path / "d", writer="process"))
+    inkling_probe.probe("first", torch.ones(3))
+    stager = sink.active_recorder()._device_stager()
+    sink.stop()
+    assert type(stager) is staging.CudaStager
+    lines = capfd.readouterr().err.strip().splitlines()
+    assert lines == ["inkling-probe: cudaHostRegister of the writer's ring failed (CUDA error 1); staging through "
+                     "pinned buffers (slower)"]
+
+
+def test_a_wait_for_ring_space_ends_when_the_drain_has_failed():
+    """A full ring is freed by the writer as the drain sends what it holds; if the drain failed, that
+    never comes: the recording thread's wait raises the drain's failure instead of hanging."""
+    class FullRing:
+        size = 1 << 20
+
+        def address(self):
+            return 0
+
+        def mapped_bytes(self):
+            return 0
+
+        def slot(self, n, wait):
+            while True:
+                wait()
+
+    real_register = staging._host_register
+    staging._host_register = lambda address, n: None
+    try:
+        stager = staging.RingStager(FullRing(), wait=lambda: None)
+    finally:
+        staging._host_register = real_register
+    failure = DumpError("recording 'x' (step 0) in d: no space left on the device (disk full)")
+    stager.cancelled = lambda: failure
+    with pytest.raises(DumpError) as e:
+        stager.batch_host(torch.float32, 1 << 16, 1 << 20)
+    assert e.value is failure
+
+
 @pytest.mark.parametrize("row", [1, 4, 16], ids=["rows of 1", "rows of 4", "rows of 16"])
 def test_row_statistics_add_up_to_each_tensors_statistics(monkeypatch, row):
     """Tensors at row starts in a zero-padded buffer (as StepBatch lays them out): row_stats then
@@ -430,25 +554,35 @@ def test_the_batch_buffer_puts_each_tensor_at_a_row_start_with_zeros_between(mon
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_on_gpu_batches_store_what_the_cpu_path_stores(tmp_path):
-    """The same tensors probed from the GPU (batched, statistics on the device in float64, one on a
-    side stream, a large one as a batch of its own) and from the CPU (float32 accumulation): equal
-    hashes, equal NaN/Inf counts, statistics within 1e-5 of the tensor's scale (its rms)."""
+@pytest.mark.parametrize("writer", ["inline", "process"])
+def test_on_gpu_batches_store_what_the_cpu_path_stores(tmp_path, writer):
+    """The same tensors probed from the GPU (batched, row statistics on the device in float64, one
+    on a side stream, a large one as a batch of its own, one too large for a batch; with the process
+    writer copied straight into its ring, registered as pinned memory) and from the CPU (float32
+    accumulation): equal hashes, equal NaN/Inf counts, statistics within 1e-5 of the tensor's scale."""
     g = torch.Generator().manual_seed(0)
+    with_nan = torch.randn(300_000, generator=g).bfloat16()
+    with_nan[12345] = float("nan")
     tensors = [torch.randn(64, 48, generator=g), (torch.randn(300, generator=g) * 1e30).bfloat16(),
                torch.tensor([float("nan"), float("inf"), 2.0, -float("inf")]), torch.arange(5),
-               torch.randn(9_000_000, generator=g)]  # > half a batch: staged alone
+               torch.randn(512, 256, generator=g).bfloat16(), with_nan, torch.arange(100_000),
+               torch.randn(5_000_000, generator=g),  # > half a batch: a batch of its own
+               torch.randn(9_000_000, generator=g)]  # > a batch: staged alone
     side = torch.cuda.Stream()
     for where in ("cpu", "cuda"):
-        with inkling_probe.recording(tmp_path / where, writer="inline"):
+        with inkling_probe.recording(tmp_path / where, writer=writer):
             for s in range(2):
                 inkling_probe.step()
                 for i, t in enumerate(tensors):
                     inkling_probe.probe(f"t{i}", t.to(where))
                 with torch.cuda.stream(side):
                     inkling_probe.probe("side", tensors[0].to(where) * 2)
+            if where == "cuda" and writer == "process":
+                stager = sink.active_recorder()._drain.stager
+                assert isinstance(stager, staging.RingStager)
+                assert torch.from_numpy(stager.ring._data[:64]).is_pinned()
     a, b = inkling_probe.open(tmp_path / "cpu"), inkling_probe.open(tmp_path / "cuda")
-    assert len(a.index) == len(b.index) == 12
+    assert len(a.index) == len(b.index) == 2 * (len(tensors) + 1)
     for ra, rb in zip(a.index, b.index):
         assert (ra["key"], ra["hash"], ra["nan"], ra["inf"]) == (rb["key"], rb["hash"], rb["nan"], rb["inf"])
         for k in ("mean", "rms", "absmax"):  # a mean near 0 is as exact as the sum: relative to the rms

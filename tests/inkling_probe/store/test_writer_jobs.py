@@ -92,10 +92,71 @@ def test_a_job_failure_is_one_line_naming_the_key_and_nothing_is_renamed(tmp_pat
     assert not [f for f in os.listdir(tmp_path / "d") if f.endswith(".h5")]  # only the .tmp stays
 
 
+def test_a_large_tensor_is_hashed_and_written_by_two_jobs_and_freed_once_both_are_done(tmp_path, monkeypatch):
+    from inkling_probe.store import writer as W
+
+    monkeypatch.setattr(W, "_SPLIT_BYTES", 1 << 18)
+    parts = []
+    real_run = W._Jobs._run
+
+    def run(self, *a, **k):
+        parts.append((k.get("summarise", True), k.get("write", True)))
+        return real_run(self, *a, **k)
+    monkeypatch.setattr(W._Jobs, "_run", run)
+    data = arrays(6)
+    stored = []
+    write(tmp_path / "split", 2, data, on_stored=lambda: stored.append(1))
+    write(tmp_path / "serial", 0, data)
+    assert parts.count((True, False)) == parts.count((False, True)) == 6  # the six >= 256 KiB tensors
+    assert len(stored) == len(data)  # once per tensor, after both halves
+    a, b = inkling_probe.open(tmp_path / "serial"), inkling_probe.open(tmp_path / "split")
+    for ra, rb in zip(a.index, b.index):
+        assert (ra["hash"], ra["nan"], ra["inf"]) == (rb["hash"], rb["nan"], rb["inf"])
+    for i, arr in enumerate(data):
+        assert np.array_equal(b.array(f"t{i}", 0), arr, equal_nan=True)
+
+
+def fake_fallocate(code):
+    import ctypes
+
+    calls = []
+
+    def fallocate(fd, mode, offset, nbytes):
+        calls.append((offset, nbytes))
+        ctypes.set_errno(code)
+        return -1 if code else 0
+    return fallocate, calls
+
+
+def test_blocks_are_reserved_before_each_write_and_skipped_where_unsupported(tmp_path, monkeypatch):
+    from inkling_probe.store import writer as W
+
+    fallocate, calls = fake_fallocate(0)
+    monkeypatch.setattr(W, "_FALLOCATE", [fallocate])
+    write(tmp_path / "a", 2, arrays(4))
+    assert sorted(n for _, n in calls) == [64 * (1024 + i) * 4 for i in range(4)]  # each own dataset's bytes
+    unsupported, calls = fake_fallocate(errno.EOPNOTSUPP)
+    monkeypatch.setattr(W, "_FALLOCATE", [unsupported])
+    write(tmp_path / "b", 0, arrays(4))
+    assert len(calls) == 1 and W._FALLOCATE == [False]  # tried once, then plain writes
+    d = inkling_probe.open(tmp_path / "b")
+    assert np.array_equal(d.array("t2", 0), arrays(4)[2])
+
+
+def test_a_disk_full_found_by_the_reservation_is_one_line_naming_the_key(tmp_path, monkeypatch):
+    from inkling_probe.store import writer as W
+
+    full, _ = fake_fallocate(errno.ENOSPC)
+    monkeypatch.setattr(W, "_FALLOCATE", [full])
+    with pytest.raises(DumpError) as e:
+        write(tmp_path / "d", 2, arrays(4))
+    assert str(e.value).startswith("recording 't") and "disk full" in str(e.value) and "\n" not in str(e.value)
+
+
 def test_ring_space_is_freed_in_order_whatever_order_jobs_finish(tmp_path):
     fd = ring.ring_file(lambda text: None)
     reader = ring.RingReader(fd, 1 << 16)
-    first, second, third = reader.pending(100), reader.pending(200), reader.pending(300)
+    first, second, third = reader.pending(0, 100), reader.pending(100, 200), reader.pending(200, 300)
     tail = lambda: ring._TAIL.unpack_from(reader._mm, 0)[0]
     second()
     assert tail() == 0  # the first payload is still being written
@@ -103,6 +164,43 @@ def test_ring_space_is_freed_in_order_whatever_order_jobs_finish(tmp_path):
     assert tail() == 200
     third()
     assert tail() == 300
+
+
+def test_ring_space_is_freed_in_head_order_whatever_order_payloads_arrive(tmp_path):
+    """Slots are sent as their copies complete: a payload registered first may lie later in the
+    ring; the tail only passes a payload once everything before it in the head's sequence is done."""
+    fd = ring.ring_file(lambda text: None)
+    reader = ring.RingReader(fd, 1 << 16)
+    tail = lambda: ring._TAIL.unpack_from(reader._mm, 0)[0]
+    late = reader.pending(300, 1000)  # arrives first
+    late()
+    assert tail() == 0  # [0, 300) not even registered yet
+    early = reader.pending(0, 300)
+    early()
+    assert tail() == 1000
+
+
+def test_ring_slots_are_sent_by_position_and_wrap_without_splitting(tmp_path):
+    fd = ring.ring_file(lambda text: None)
+    os.posix_fallocate(fd, 0, ring._HEADER + 1000)
+    w = ring.RingWriter(fd, 1000)
+    assert w.address() % 4096 == 0 and w.mapped_bytes() == ring._HEADER + 1000
+    a = w.slot(600, wait=lambda: None)
+    a[:] = 7
+    with pytest.raises(ValueError):
+        w.placed(a[10:20])  # inside the ring but not a slot's start: it would never be freed
+    assert w.placed(np.ones(600, np.uint8)) is None  # outside the ring: an ordinary array
+    assert w.placed(a[:500]) == (0, 0, 640)  # the slot's first bytes: the whole slot (64-byte aligned) is freed
+    with pytest.raises(ValueError):
+        w.placed(a)  # sent once
+    waits = []
+
+    def wait():
+        waits.append(1)
+        ring._TAIL.pack_into(w._mm, 0, 640)  # the writer finished the first payload
+    b = w.slot(590, wait)  # 360 left at the end: skips to the start, waits for the tail
+    assert waits and w.placed(b) == (0, 640, 1640)  # [640, 1000) skipped, 590 rounded up to 640
+    w.close()
 
 
 def test_recording_with_writer_threads_through_the_recorder(tmp_path):
