@@ -203,7 +203,7 @@ class Recorder:
             from inkling_probe.staging import Drain, StepBatch
             stager = self._stager or self._device_stager()
             batch = StepBatch(stager, stats=self.settings.mode != "hash") if self._stager is None else None
-            self._drain = Drain(stager, self._write, batch, self._write_batch)
+            self._drain = Drain(stager, self._write, batch, self._write_batch, self._free_slot)
             stager.cancelled = lambda: self._drain.error if self._drain is not None else None
         if self._drain.error is not None:
             raise self._drain.error
@@ -214,14 +214,23 @@ class Recorder:
         copy), or, inline or where the ring is missing or can't be registered, pooled pinned buffers."""
         from inkling_probe.staging import CudaStager, RingStager
 
-        claim = getattr(self._writer, "claim_ring", None)
-        ring = claim() if claim is not None else None
+        find = getattr(self._writer, "staging_ring", None)
+        ring = find() if find is not None else None
         if ring is not None:
             try:
-                return RingStager(ring, self._writer.wait_for_ring_space)
+                stager = RingStager(ring, self._writer.wait_for_ring_space)
             except OSError as e:
                 sys.stderr.write(f"inkling-probe: {e}; staging through pinned buffers (slower)\n")
+            else:
+                self._writer.claim_ring()  # only now: refused, the ring stays the writer's to use
+                return stager
         return CudaStager()
+
+    def _free_slot(self, view) -> None:
+        """A ring slot taken but never queued (drain thread): the writer frees its space."""
+        with self._wlock:
+            if self._writer is not None:
+                self._writer.free_slot(view)
 
     def _write(self, row: dict, host, done, stats) -> None:
         """Encode a host tensor and hand it to the writer (recording thread or drain thread).

@@ -12,7 +12,7 @@ as with synchronous copies.
 
 Float32 and bf16 tensors (nearly everything a model records) are not copied one by one: each is
 copied into a slice of the open device buffer of its dtype (:class:`StepBatch`, one kernel a
-probe). When the buffer fills, the stream changes or the step ends, five kernels compute per-row
+probe). When the buffer fills, the stream changes or the step ends, six kernels compute per-row
 statistics of the whole buffer (:func:`row_stats`) and one copy brings buffer and row statistics
 to pinned host buffers; the drain thread adds each tensor's rows up. So the host never makes a pass
 over the values for statistics, and the recording thread launches one kernel per probe (the model
@@ -46,6 +46,7 @@ class CudaStager:
         self._outstanding = 0
         self._room = threading.Condition()
         self._side: dict = {}  # device -> the stream batches are summarised and copied out on
+        self.unqueued: list = []  # ring slots only (RingStager)
 
     def side_stream(self, device):
         """The stream a sealed batch's statistics and copy to the host run on, one per device: the
@@ -147,6 +148,7 @@ class RingStager(CudaStager):
         self.ring, self._wait = ring, wait
         self.cancelled = lambda: None
         self.min_bytes = 64 << 10
+        self.unqueued: list = []  # slots taken since the drain last queued an item (Drain.put)
         self._address = ring.address()
         _host_register(self._address, ring.mapped_bytes())  # OSError: the caller stages as before
 
@@ -157,7 +159,9 @@ class RingStager(CudaStager):
         nbytes = numel * dtype.itemsize
         if not self.min_bytes <= nbytes <= self.ring.size // 2:
             return None
-        return torch.from_numpy(self.ring.slot(nbytes, self._wait_for_space)).view(dtype)
+        view = self.ring.slot(nbytes, self._wait_for_space)
+        self.unqueued.append(view)
+        return torch.from_numpy(view).view(dtype)
 
     def _wait_for_space(self) -> None:
         failure = self.cancelled()
@@ -190,7 +194,10 @@ def _host_register(address: int, nbytes: int) -> None:
     """Pin host memory for the device's copy engine (cudaHostRegister); OSError if refused."""
     import torch
 
-    error = torch.cuda.cudart().cudaHostRegister(address, nbytes, 0)
+    try:
+        error = torch.cuda.cudart().cudaHostRegister(address, nbytes, 0)
+    except (RuntimeError, AttributeError) as e:  # no CUDA runtime binding here
+        raise OSError(f"cudaHostRegister of the writer's ring is not available ({e})") from None
     if int(error) != 0:
         _clear_cuda_error()
         raise OSError(f"cudaHostRegister of the writer's ring failed (CUDA error {int(error)})")
@@ -251,8 +258,8 @@ class StepBatch:
 
     def takes_alone(self, t) -> bool:
         """Too large to share the buffer, but a batch of its own (statistics on the device)? Up to
-        ``capacity`` values, so its device copy and the statistics' temporaries take no more device
-        memory than a full batch; larger tensors are copied to the host one by one."""
+        ``capacity`` values, so its device copy and the statistics' float64 temporary take no more
+        device memory than a full batch's; larger tensors are copied to the host one by one."""
         return t.dtype in _batched() and self.capacity // 2 < t.numel() <= self.capacity
 
     def fits(self, t) -> bool:
@@ -348,16 +355,18 @@ def row_stats(x):
     """Per row of [m, R] float32 or bf16 ``x``: [4, m] float64 of the sum, the 2-norm (the root of
     the sum of squares), the min and the max.
 
-    Five kernels whatever the number of tensors in the buffer (the launch-bound recording thread pays
-    per launch; per-tensor reductions cost it ~10 ms a forward). Sums in float64: no overflow, ~1e-16
+    Six kernels whatever the number of tensors in the buffer (the launch-bound recording thread pays
+    per launch; per-tensor reductions cost it ~10 ms a forward), and one float64 copy of ``x``. Sums in float64: no overflow, ~1e-16
     rounding, deterministic. A row holding a NaN or an infinity has a non-finite norm; its tensor's
     statistics are left to the writer (:func:`sums_from_rows`).
     """
     import torch
 
     out = torch.empty((4, x.shape[0]), dtype=torch.float64, device=x.device)
-    torch.sum(x, 1, dtype=torch.float64, out=out[0])
-    torch.linalg.vector_norm(x, 2, dim=1, dtype=torch.float64, out=out[1])
+    wide = x.double()  # once: a reduction's dtype= would make its own float64 copy each
+    torch.sum(wide, 1, out=out[0])
+    torch.linalg.vector_norm(wide, 2, dim=1, out=out[1])
+    del wide
     low, high = torch.aminmax(x, dim=1)
     out[2].copy_(low)
     out[3].copy_(high)
@@ -424,8 +433,9 @@ class Drain:
     writer gets tensors out of probe order (the reader orders them by their ``seq``), and every
     tensor of a step before ``flush()`` returns."""
 
-    def __init__(self, stager, write, batch: StepBatch | None = None, write_batch=None):
+    def __init__(self, stager, write, batch: StepBatch | None = None, write_batch=None, free_slot=None):
         self.stager = stager
+        self._free_slot = free_slot  # free_slot(view): a ring slot that was never queued (interrupted)
         self.batch = batch  # decides what is batched; open batches are its siblings
         self._open: dict = {}  # dtype -> the open StepBatch of that dtype
         # write(row, host_tensor, done, stats): encode, hand to the writer; done() once it has it
@@ -440,6 +450,24 @@ class Drain:
 
     def put(self, row: dict, t) -> None:
         """Queue ``t`` (a device tensor) for writing under ``row``."""
+        try:
+            self._put(row, t)
+        except BaseException:  # e.g. Ctrl-C between taking a ring slot and queueing it: free the slot
+            self._forget_unqueued()
+            raise
+
+    def _forget_unqueued(self) -> None:
+        unqueued = getattr(self.stager, "unqueued", None)
+        while unqueued:
+            self._queue.put(("free", unqueued.pop()))  # after anything queued: sent ones are skipped
+
+    def _enqueue(self, item) -> None:
+        self._queue.put(item)
+        unqueued = getattr(self.stager, "unqueued", None)
+        if unqueued:
+            unqueued.clear()
+
+    def _put(self, row: dict, t) -> None:
         batch = self.batch
         if batch is not None and batch.takes(t):
             open_ = self._open.get(t.dtype)
@@ -452,19 +480,23 @@ class Drain:
         if batch is not None and batch.takes_alone(t):  # e.g. the logits: one copy, stats on the device
             alone = StepBatch(self.stager, capacity=t.numel(), stats=batch.stats)
             alone.append(row, t)
-            self._queue.put(("batch", *alone.seal()))
+            self._enqueue(("batch", *alone.seal()))
             return
         host, token = self.stager.stage(t)
-        self._queue.put(("one", row, host, token))
+        self._enqueue(("one", row, host, token))
 
     def _seal(self, batch: StepBatch) -> None:
         if len(batch):
-            self._queue.put(("batch", *batch.seal()))
+            self._enqueue(("batch", *batch.seal()))
 
     def flush(self) -> None:
         """Wait until everything queued so far is with the writer; re-raise a drain failure."""
-        for batch in self._open.values():
-            self._seal(batch)
+        try:
+            for batch in self._open.values():
+                self._seal(batch)
+        except BaseException:
+            self._forget_unqueued()
+            raise
         self._queue.join()
         if self.error is not None:
             raise self.error
@@ -481,10 +513,19 @@ class Drain:
                     return
                 if item[0] == "one":
                     self._drain_one(*item[1:])
+                elif item[0] == "free":
+                    self._drain_free(item[1])
                 else:
                     self._drain_batch(*item[1:])
             finally:
                 self._queue.task_done()
+
+    def _drain_free(self, view) -> None:
+        try:
+            if self._free_slot is not None:
+                self._free_slot(view)
+        except BaseException as e:  # noqa: BLE001 - kept and raised in the recording thread
+            self.error = self.error or e
 
     def _drain_one(self, row: dict, host, token) -> None:
         done = _once(lambda: self.stager.release(token))

@@ -43,6 +43,7 @@ def no_writer(rec) -> None:
     ring would never be freed without it)."""
     pooled = staging.CudaStager()
     drain = rec._drain
+    drain.stager.close()  # the ring stager it replaces: unregistered (everything before is on disk)
     for batch in (drain.batch, *drain._open.values()):
         batch.stager = pooled
     drain.stager = pooled

@@ -79,12 +79,13 @@ class RingWriter:
         self.size = size
         self.head = 0
         self._data = np.frombuffer(self._mm, dtype=np.uint8, offset=_HEADER)
+        self._base = self._data.ctypes.data
         self._lock = threading.Lock()  # head: slots are taken by the recording thread
         self._placed: dict = {}  # data address -> (offset, start, end, nbytes) of slots not sent yet
 
     def address(self) -> int:
         """The mapping's first byte (page-aligned); it is ``_HEADER + size`` bytes long."""
-        return self._data.ctypes.data - _HEADER
+        return self._base - _HEADER
 
     def mapped_bytes(self) -> int:
         return _HEADER + self.size
@@ -97,12 +98,12 @@ class RingWriter:
             raise ValueError(f"{n} bytes do not fit a ring of {self.size}")
         with self._lock:
             start, pos = self.head, self.head % self.size
+            skip = 0
             if pos + n > self.size:  # never split a payload: skip to the start of the ring
-                self.head += self.size - pos
-                pos = 0
-            while self.head + n - self.tail() > self.size:
-                wait()
-            self.head += n
+                skip, pos = self.size - pos, 0
+            while start + skip + n - self.tail() > self.size:
+                wait()  # may raise (Ctrl-C, a dead writer): nothing is taken until it returns
+            self.head = start + skip + n
             return pos, start, self.head
 
     def put(self, payload: np.ndarray, wait) -> tuple[int, int, int]:
@@ -117,8 +118,14 @@ class RingWriter:
         :meth:`placed` later is sent by position, not copied."""
         pos, start, end = self.reserve(n, wait)
         view = self._data[pos: pos + n]
-        self._placed[view.ctypes.data] = (pos, start, end, n)
+        self._placed[self._base + pos] = (pos, start, end, n)
         return view
+
+    def forget(self, view: np.ndarray) -> tuple[int, int, int] | None:
+        """(offset, start, end) of a slot that will never be sent (taken, then interrupted before
+        it was queued), for the writer to free; None when it was sent after all."""
+        where = self._placed.pop(view.ctypes.data, None) if view.size else None
+        return None if where is None else where[:3]
 
     def placed(self, array: np.ndarray) -> tuple[int, int, int] | None:
         """(offset, start, end) when ``array`` starts a slot and lies within it (the slot is then
@@ -128,7 +135,7 @@ class RingWriter:
         address = array.ctypes.data
         where = self._placed.get(address)
         if where is None or where[3] < array.nbytes or not array.flags.c_contiguous:
-            if 0 <= address - self._data.ctypes.data < self.size:  # a slot would never be freed
+            if 0 <= address - self._base < self.size:  # a slot would never be freed
                 raise ValueError("an array in the ring that is not a whole slot's start")
             return None
         del self._placed[address]

@@ -351,27 +351,29 @@ _FALLOCATE = [None]  # libc's fallocate, found once; False where there is none o
 
 def _reserve_blocks(fd: int, offset: int, nbytes: int) -> None:
     """Allocate a dataset's blocks before its ``pwrite`` (Linux ``fallocate``): a buffered write
-    into allocated blocks skips block allocation (54 MB a step in 512 KB writes: 13.6-15.4 ms ->
-    11.8-12.1 ms on ext4 here), and a full disk fails here, before any byte is written. Where the
+    into allocated blocks skips block allocation (16 MB into a new file: 4.5-6.7 ms -> 3.3-3.5 ms
+    on an H200 host's /tmp, 5.4 -> 3.4 ms on ext4 here), and a full disk fails here, before any
+    byte is written. Where the
     file system has no ``fallocate`` (EOPNOTSUPP) this is skipped from then on; glibc's
     ``posix_fallocate`` is not used: it would emulate it by writing zeros."""
+    import ctypes
+
     call = _FALLOCATE[0]
     if call is None:
         try:
-            import ctypes
-            import ctypes.util
-
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-            call = libc.fallocate
+            call = ctypes.CDLL(None, use_errno=True).fallocate  # the C library this process runs
             call.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
         except (OSError, AttributeError):
             call = False
         _FALLOCATE[0] = call
-    if call is False or call(fd, 0, offset, nbytes) == 0:
+    if call is False:
         return
-    import ctypes
-
-    code = ctypes.get_errno()
+    while call(fd, 0, offset, nbytes) != 0:
+        code = ctypes.get_errno()
+        if code != errno.EINTR:
+            break
+    else:
+        return
     if code in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
         _FALLOCATE[0] = False  # not this file system: plain writes
         return

@@ -131,14 +131,24 @@ class ProcessWriter:
         self._flush()  # the writer can only free space for messages it has received
         self.wait_for_ring_space()
 
-    def claim_ring(self):
-        """The shared ring for GPU staging to fill in place (staging.RingStager), or None when there
-        is none. From then on only its slots go through the ring (the claimer takes them in the
-        order their messages are sent); other payloads go through the pipe."""
+    def staging_ring(self):
+        """The shared ring GPU staging may fill in place (staging.RingStager), or None when there
+        is none; :meth:`claim_ring` once the staging is set up."""
         self._ring_status(block=True)
-        if self._ring is not None:
-            self._ring_claimed = True
         return self._ring
+
+    def claim_ring(self) -> None:
+        """From now on only slots go through the ring (the claimer takes them in the order their
+        messages are sent); other payloads go through the pipe."""
+        self._ring_claimed = True
+
+    def free_slot(self, view: np.ndarray) -> None:
+        """Tell the writer a ring slot will never be sent (interrupted before it was queued), so
+        its space is freed; nothing if it was sent."""
+        where = self._ring.forget(view) if self._ring is not None else None
+        if where is not None:
+            self._send({"op": "free", "ring": (*where, 0)})
+            self._flush()
 
     def wait_for_ring_space(self) -> None:
         """One wait for ring space (a claimer's slot): raises if the writer process is gone."""
@@ -321,6 +331,9 @@ def _apply(stdin, stdout, ring, writer, done, SegmentWriter):
             sums = None if msg["sums"] is None else np.frombuffer(msg["sums"], dtype=np.float64).reshape(-1, 5)
             writer.add_batch(msg["rows"], array, msg["spans"], sums, stats=msg["stats"], store=msg["store"],
                              on_stored=on_stored)
+    elif op == "free":  # a slot that was never filled: its space only
+        where = msg["ring"]
+        ring.pending(where[1], where[2])()
     elif op == "open":
         args = {k: v for k, v in msg.items() if k not in ("op", "path", "rank", "world_size")}
         writer = SegmentWriter(msg["path"], msg["rank"], msg["world_size"], **args)

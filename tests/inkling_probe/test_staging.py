@@ -1,5 +1,6 @@
 """The asynchronous device-to-host path (staging.py), run on CPU: the real queue, drain thread and
 pinned-buffer pool, with the device parts (copy engine, events, pinned allocation) stood in for."""
+import os
 import threading
 import time
 
@@ -400,7 +401,8 @@ def ring_recording(path, monkeypatch, ring_bytes=64 << 10):
     assert isinstance(stager, staging.RingStager) and registered == [(stager.ring.address(), stager.ring.mapped_bytes())]
     stager.min_bytes = 1  # these small tensors too
     rec._stager = stager
-    rec._drain = staging.Drain(stager, rec._write, staging.StepBatch(stager, capacity=2048), rec._write_batch)
+    rec._drain = staging.Drain(stager, rec._write, staging.StepBatch(stager, capacity=2048), rec._write_batch,
+                               rec._free_slot)
     stager.cancelled = lambda: rec._drain.error
     return rec, stager, registered
 
@@ -422,6 +424,7 @@ def test_ring_staging_reads_back_what_the_cpu_path_stores_and_copies_nothing_on_
         raise AssertionError("a payload was copied into the ring")
     monkeypatch.setattr(ring.RingWriter, "put", no_put)
     rec, stager, registered = ring_recording(tmp_path / "ring", monkeypatch, ring_bytes=16 << 10)
+    stager.wait = lambda token: time.sleep(0.002)  # copies complete late: taken slots pile up, the ring fills
     ring_writer = stager.ring
     waited = []
     real_wait = stager._wait
@@ -464,12 +467,59 @@ def test_a_refused_registration_stages_through_pooled_buffers_with_one_warning(t
     monkeypatch.setattr(staging, "_host_register", refuse)
     sink.start(settings.make(tmp_path / "d", writer="process"))
     inkling_probe.probe("first", torch.ones(3))
-    stager = sink.active_recorder()._device_stager()
+    rec = sink.active_recorder()
+    stager = rec._device_stager()
+    assert not rec._writer._ring_claimed  # refused: large payloads still go through the ring
     sink.stop()
     assert type(stager) is staging.CudaStager
     lines = capfd.readouterr().err.strip().splitlines()
     assert lines == ["inkling-probe: cudaHostRegister of the writer's ring failed (CUDA error 1); staging through "
                      "pinned buffers (slower)"]
+
+
+def test_a_slot_taken_when_ctrl_c_comes_is_freed_and_recording_goes_on(tmp_path, monkeypatch):
+    """A KeyboardInterrupt between taking a ring slot and queueing it (here: while the batch's event
+    is recorded) must not leave the slot taken for ever: the writer frees it, later steps are whole
+    (the ring is large enough here that a leaked slot fails the tail check instead of hanging)."""
+    rec, stager, _ = ring_recording(tmp_path / "d", monkeypatch, ring_bytes=1 << 20)
+    real_record, calls = stager.record, []
+
+    def record():
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_record()
+    monkeypatch.setattr(stager, "record", record)
+    inkling_probe.step()
+    with pytest.raises(KeyboardInterrupt):
+        for i in range(10):
+            inkling_probe.probe(f"x{i}", torch.full((1100,), float(i)))  # a batch of its own each (capacity 2048)
+    for step in range(2):
+        inkling_probe.step()
+        mixed_probes(step)
+    inkling_probe.step()
+    ring_writer = stager.ring
+    assert ring_writer.tail() == ring_writer.head and not ring_writer._placed  # every slot freed
+    sink.stop()
+    d = inkling_probe.open(tmp_path / "d")
+    assert d.complete_through_step() == 3 and d.tensor("all_nan", 3).isnan().all()
+
+
+def test_an_interrupted_wait_for_ring_space_takes_nothing(tmp_path):
+    """Ctrl-C while waiting for the writer at the ring's wrap: the skipped end is not taken either."""
+    from inkling_probe.store import ring
+
+    fd = ring.ring_file(lambda text: None)
+    os.posix_fallocate(fd, 0, ring._HEADER + 1024)
+    w = ring.RingWriter(fd, 1024)
+    w.placed(w.slot(640, wait=lambda: None))
+
+    def interrupted():
+        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        w.slot(512, interrupted)  # would skip [640, 1024) and wait for the tail
+    assert w.head == 640 and len(w._placed) == 0
+    w.close()
 
 
 def test_a_wait_for_ring_space_ends_when_the_drain_has_failed():
