@@ -46,7 +46,7 @@ class CudaStager:
         self._outstanding = 0
         self._room = threading.Condition()
         self._side: dict = {}  # device -> the stream batches are summarised and copied out on
-        self.unqueued: list = []  # ring slots only (RingStager)
+        self.unqueued: list = []  # ring slots taken since the drain last queued an item (RingStager)
 
     def side_stream(self, device):
         """The stream a sealed batch's statistics and copy to the host run on, one per device: the
@@ -148,7 +148,6 @@ class RingStager(CudaStager):
         self.ring, self._wait = ring, wait
         self.cancelled = lambda: None
         self.min_bytes = 64 << 10
-        self.unqueued: list = []  # slots taken since the drain last queued an item (Drain.put)
         self._address = ring.address()
         _host_register(self._address, ring.mapped_bytes())  # OSError: the caller stages as before
 
@@ -356,9 +355,9 @@ def row_stats(x):
     the sum of squares), the min and the max.
 
     Six kernels whatever the number of tensors in the buffer (the launch-bound recording thread pays
-    per launch; per-tensor reductions cost it ~10 ms a forward), and one float64 copy of ``x``. Sums in float64: no overflow, ~1e-16
-    rounding, deterministic. A row holding a NaN or an infinity has a non-finite norm; its tensor's
-    statistics are left to the writer (:func:`sums_from_rows`).
+    per launch; per-tensor reductions cost it ~10 ms a forward), and one float64 copy of ``x``.
+    Sums in float64: no overflow, ~1e-16 rounding, deterministic. A row holding a NaN or an infinity
+    has a non-finite norm; its tensor's statistics are left to the writer (:func:`sums_from_rows`).
     """
     import torch
 
@@ -373,7 +372,7 @@ def row_stats(x):
     return out
 
 
-def sums_from_rows(rows, spans: list, row: int | None = None):
+def sums_from_rows(rows, spans: list):
     """[k, 5] float64 per tensor of a batch, from its buffer's :func:`row_stats` (numpy [4, m]):
     the sum, sum of squares and absmax, and 0 non-finite values and 0 NaNs; ``spans`` (offset,
     numel, shape) place each tensor at the start of a row, its rows running to the next tensor's.
@@ -383,8 +382,7 @@ def sums_from_rows(rows, spans: list, row: int | None = None):
     """
     import numpy as np
 
-    row = row or ROW
-    starts = np.fromiter((offset // row for offset, _, _ in spans), dtype=np.int64, count=len(spans))
+    starts = np.fromiter((offset // ROW for offset, _, _ in spans), dtype=np.int64, count=len(spans))
     total = np.add.reduceat(rows[0], starts)
     squares = np.add.reduceat(np.square(rows[1]), starts)
     absmax = np.maximum(np.maximum.reduceat(rows[3], starts), -np.minimum.reduceat(rows[2], starts))

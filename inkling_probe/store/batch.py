@@ -18,13 +18,13 @@ from inkling_probe.store.stats import summary_from_sums
 
 
 class Countdown:
-    """Calls ``action`` once ``n`` calls of :meth:`one` have come (from any threads); at once if
-    ``n`` is 0."""
+    """Calls ``action`` (None: nothing) once ``n`` calls of :meth:`one` have come (from any
+    threads); at once if ``n`` is 0."""
 
-    def __init__(self, n: int, action):
-        self._left, self._action, self._lock = n, action, threading.Lock()
+    def __init__(self, n: int, action=None):
+        self._left, self._action, self._lock = n, action or _nothing, threading.Lock()
         if n == 0:
-            action()
+            self._action()
 
     def one(self) -> None:
         with self._lock:
@@ -50,7 +50,7 @@ def split(rows: list, flat: np.ndarray, spans: list, sums: np.ndarray | None, st
 def add_each(add, rows: list, flat: np.ndarray, spans: list, sums, stats: bool, store: bool, on_stored) -> None:
     """Hand a batch's tensors one by one to ``add(row, array, stats=, store=, on_stored=)``;
     ``on_stored()`` once every tensor's bytes are stored, also when an add fails part-way."""
-    left = Countdown(len(rows), on_stored or _nothing)
+    left = Countdown(len(rows), on_stored)
     handed = 0
     try:
         for row, array, given in split(rows, flat, spans, sums, stats):
