@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from inkling_model import faults
+from inkling_model.plugins import faults
 from inkling_model.layers.context import ForwardContext
 
 PAD_REQUEST = -1  # the request id of an idle attention-DP group's one-token padding forward

@@ -21,7 +21,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "model"))
 
 import inkling_probe  # noqa: E402
-from inkling_model.runtime import Runtime  # noqa: E402
+from inkling_model.runtime.runtime import Runtime  # noqa: E402
 
 
 def gpu_ms(fn, repeats: int) -> list[float]:

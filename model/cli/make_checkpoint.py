@@ -11,7 +11,7 @@ MAX_BYTES = 16 * 2**30  # refuse layouts larger than this (the full preset is ~1
 
 
 def _layout_bytes(config) -> int:
-    from inkling_model.checkpoint_layout import native_shapes
+    from inkling_model.checkpoint.layout import native_shapes
 
     total = 0
     for shape, dtype in native_shapes(config).values():
@@ -45,8 +45,8 @@ def command(preset: str, quant: str | None, seed: int, out: str) -> None:
     """
     from pathlib import Path
 
-    from inkling_model.checkpoint import CheckpointExistsError
-    from inkling_model.synthetic import write_random_checkpoint
+    from inkling_model.checkpoint.shards import CheckpointExistsError
+    from inkling_model.checkpoint.synthetic import write_random_checkpoint
 
     p = Path(out)
     if p.exists() and (not p.is_dir() or any(p.iterdir())):

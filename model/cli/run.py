@@ -61,7 +61,7 @@ def _check_tp(config, tp: int, impl: str) -> None:
 
 
 def _faults(names: tuple[str, ...], impl: str) -> str:
-    from inkling_model import faults
+    from inkling_model.plugins import faults
 
     text = ",".join(names)
     try:
@@ -117,12 +117,12 @@ def native_rank(rank: int, world: int, ckpt: str, dtype: str, prompts: list[list
 
     import inkling_probe
     from inkling_model import parallel
-    from inkling_model.checkpoint import CheckpointError
+    from inkling_model.checkpoint.shards import CheckpointError
     from inkling_model.config import InklingConfig
-    from inkling_model.genlog import StepLog
+    from inkling_model.plugins.genlog import StepLog
     from inkling_model.generate import generate, prefill
     from inkling_model.model import InklingForCausalLM
-    from inkling_model.weights import load_checkpoint
+    from inkling_model.checkpoint.weights import load_checkpoint
 
     gen = dict(gen)
     prompts = [prompts] if prompts and isinstance(prompts[0], int) else prompts
@@ -143,7 +143,7 @@ def native_rank(rank: int, world: int, ckpt: str, dtype: str, prompts: list[list
             return {"responses": [{"id": i, "tokens": [], "finish_reason": "prefill only", "steps": []}
                                   for i in mine]}
         if cuda_graph or enforce_eager:  # the decode runtime: static pool, graphs unless enforce_eager (one request)
-            from inkling_model.runtime import Runtime
+            from inkling_model.runtime.runtime import Runtime
 
             rt = Runtime(model, max_batch=1, max_len=len(prompts[0]) + max_new + 1, cuda_graph=cuda_graph,
                          enforce_eager=enforce_eager)
@@ -159,9 +159,9 @@ def hf_run(ckpt: str, dtype: str, ids: list[int], max_new: int, eos, dump: str, 
     import torch
 
     import inkling_probe
-    from inkling_model.checkpoint import CheckpointError
+    from inkling_model.checkpoint.shards import CheckpointError
     from inkling_model.generate import _pick
-    from inkling_model.hf_reference import load_hf_model
+    from inkling_model.checkpoint.hf_reference import load_hf_model
 
     try:
         model = load_hf_model(ckpt, _dtype(dtype))
@@ -277,7 +277,7 @@ def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, dp, max_new_
         raise BadInput(responses[0]["error"])
     _report(impl, tp, dp, dtype, prompts, eos_spec, fault_text, responses, dump)
     if gen_log:
-        from inkling_model import genlog
+        from inkling_model.plugins import genlog
 
         genlog.write(gen_log, prompts, responses, max_new_tokens, eos_spec)
         click.echo(f"gen-log: {gen_log}")

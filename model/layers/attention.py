@@ -12,14 +12,14 @@ import torch
 from torch import nn
 
 import inkling_probe
-from inkling_model import faults
+from inkling_model.plugins import faults
 from inkling_model.layers.context import ForwardContext
 from inkling_model.layers.conv import ShortConv
 from inkling_model.layers.linear import ColumnParallelLinear, RowParallelLinear
 from inkling_model.layers.loading import make_param, replicated_loader
 from inkling_model.layers.norm import RMSNorm
 from inkling_model.parallel import Parallel, divide
-from inkling_model.runtime_decode import decode_attention
+from inkling_model.layers.decode import decode_attention
 
 
 class RelativeLogits(nn.Module):
@@ -79,7 +79,7 @@ class Attention(nn.Module):
         inkling_probe.probe(f"{p}.r", r, shard="concat", dim=1)
         v = v.view(T, self.num_kv_heads, self.head_dim)
         r = r.view(T, self.num_heads, self.d_rel)
-        if getattr(ctx, "pool", None) is not None:  # decode over the static pool (model/runtime_decode.py)
+        if getattr(ctx, "pool", None) is not None:  # decode over the static pool (model/layers/decode.py)
             out = decode_attention(self, q, k, v, r, ctx)  # [T, nh, hd]
         else:
             segs = zip(q.split(ctx.seq_lens), k.split(ctx.seq_lens), v.split(ctx.seq_lens), r.split(ctx.seq_lens))

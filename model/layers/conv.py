@@ -9,7 +9,7 @@ from torch import nn
 from inkling_model.layers.context import ForwardContext
 from inkling_model.layers.loading import make_param, replicated_loader, shard_loader
 from inkling_model.parallel import Group, divide
-from inkling_model.runtime_decode import decode_conv
+from inkling_model.layers.decode import decode_conv
 
 
 class ShortConv(nn.Module):
@@ -30,7 +30,7 @@ class ShortConv(nn.Module):
         self.weight = make_param((self.channels, 1, kernel), loader, torch.float32)
 
     def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
-        if getattr(ctx, "pool", None) is not None:  # decode over the static pool (model/runtime_decode.py)
+        if getattr(ctx, "pool", None) is not None:  # decode over the static pool (model/layers/decode.py)
             return decode_conv(self, x, ctx)
         outs = [self._one(seg, ctx.cache(i)) for i, seg in enumerate(x.split(ctx.seq_lens))]
         return torch.cat(outs)  # [T, C]

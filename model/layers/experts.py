@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from inkling_model.layers import decode
 from inkling_model.layers.loading import make_param, shard_loader
 from inkling_model.layers.mlp import swiglu_interleaved
-from inkling_model import runtime_decode
 from inkling_model.parallel import Parallel, divide
 
 
@@ -42,8 +42,8 @@ class RoutedExperts(nn.Module):
         return F.linear(swiglu_interleaved(F.linear(x, self.w13_weight[e])), self.w2_weight[e])  # [n, H]
 
     def forward(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_w: torch.Tensor) -> torch.Tensor:
-        if runtime_decode.static_on():  # graph-capturable decode path
-            return runtime_decode.routed_static(self, x, topk_idx, topk_w)
+        if decode.static_on():  # graph-capturable decode path
+            return decode.routed_static(self, x, topk_idx, topk_w)
         out = torch.zeros_like(x)  # [T, H]
         local = topk_idx - self.first_expert  # [T, k]
         for e in torch.unique(local).tolist():  # ascending, as transformers' loop

@@ -10,7 +10,7 @@ Per expert e (ModelOpt semantics, nvfp4.py):
     g,u = (a @ dequant(w13[e]).T)[:, 0::2], [:, 1::2]          # interleaved gate/up rows
     h   = fake_quant(silu(g) * u, w2_input_scale[e])
     y  += topk_w * (h @ dequant(w2[e]).T)
-Parameter names mirror the checkpoint's sidecars (checkpoint_layout.py) so the mapper is a
+Parameter names mirror the checkpoint's sidecars (checkpoint/layout.py) so the mapper is a
 prefix strip; ``*_input_scale`` is what the mapper makes of ``*_input_amax``.
 """
 
@@ -22,7 +22,7 @@ from torch import nn
 
 import inkling_probe
 from inkling_model import nvfp4
-from inkling_model.precision import keeps_reference
+from inkling_model.plugins.precision import keeps_reference
 from inkling_model.layers.loading import make_param, replicated_loader, shard_loader
 from inkling_model.parallel import Parallel, divide
 
@@ -87,8 +87,8 @@ class NvFp4RoutedExperts(nn.Module):
         return act @ w2.t()  # [n, H]
 
     def forward(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_w: torch.Tensor) -> torch.Tensor:
-        from inkling_model import runtime_decode
-        if runtime_decode.static_on():
+        from inkling_model.layers import decode
+        if decode.static_on():
             raise NotImplementedError("NVFP4 routed experts have no capture-safe decode path yet "
                                       "(the runtime needs bf16/fp32 experts)")
         if not self.unquantized:  # unquantized layers use no activation scale

@@ -27,7 +27,7 @@ def prompt_ids(prompt: int) -> list[int]:
 
 def checkpoint(root: str, kind: str, seed: int) -> str:
     """The tiny preset's random checkpoint (bf16 or nvfp4), written on first use."""
-    from inkling_model.checkpoint import write_random_checkpoint
+    from inkling_model.checkpoint.synthetic import write_random_checkpoint
     from inkling_model.config import InklingConfig
 
     path = os.path.join(root, f"inkling_ck_{kind}_seed{seed}")
@@ -39,7 +39,7 @@ def checkpoint(root: str, kind: str, seed: int) -> str:
 
 def _hf(ck: str, dtype: str, ids, dump: str) -> None:
     import inkling_probe
-    from inkling_model.hf_reference import load_hf_model
+    from inkling_model.checkpoint.hf_reference import load_hf_model
 
     model = load_hf_model(ck, DTYPES[dtype])
     with torch.no_grad(), inkling_probe.record(model, dump, name_map="hf_inkling", writer="inline"):
@@ -49,10 +49,10 @@ def _hf(ck: str, dtype: str, ids, dump: str) -> None:
 
 def _native(ck: str, dtype: str, fault: str, ids, dump: str, tp=None) -> None:
     import inkling_probe
-    from inkling_model import faults
+    from inkling_model.plugins import faults
     from inkling_model.config import InklingConfig
     from inkling_model.model import InklingForCausalLM
-    from inkling_model.weights import load_checkpoint
+    from inkling_model.checkpoint.weights import load_checkpoint
 
     config = InklingConfig.from_pretrained(ck)
     with faults.activate([fault] if fault else []):

@@ -13,10 +13,10 @@ IDS = [(7 * i + 3) % 500 for i in range(24)]
 
 def native(ck, dump, dtype, fault=(), **settings):
     """inkling_model at TP=1 on checkpoint ``ck`` with ``fault`` planted, recorded into ``dump``."""
-    from inkling_model import faults
+    from inkling_model.plugins import faults
     from inkling_model.config import InklingConfig
     from inkling_model.model import InklingForCausalLM
-    from inkling_model.weights import load_checkpoint
+    from inkling_model.checkpoint.weights import load_checkpoint
 
     config = InklingConfig.from_pretrained(ck)
     with faults.activate(list(fault)):
@@ -29,7 +29,7 @@ def native(ck, dump, dtype, fault=(), **settings):
 
 def hf(ck, dump, dtype):
     """transformers' Inkling on ``ck`` through the shipped hf_inkling map, module inputs included."""
-    from inkling_model.hf_reference import load_hf_model
+    from inkling_model.checkpoint.hf_reference import load_hf_model
 
     model = load_hf_model(ck, dtype)
     with torch.no_grad(), inkling_probe.record(model, str(dump), name_map="hf_inkling"):

@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 import inkling_probe
-from inkling_model import faults
+from inkling_model.plugins import faults
 from inkling_model.cli.run import command
 from inkling_model.config import InklingConfig
 from inkling_probe.cli import group
@@ -20,7 +20,7 @@ REQUESTS = ["5,6,7,8,9,10,11,12,13,14", "300,301,302,303,304,305,306", "40,41,42
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
-    from inkling_model.checkpoint import write_random_checkpoint
+    from inkling_model.checkpoint.synthetic import write_random_checkpoint
 
     return str(write_random_checkpoint(InklingConfig.preset("tiny"), tmp_path_factory.mktemp("ck") / "tiny", seed=0))
 

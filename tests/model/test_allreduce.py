@@ -5,7 +5,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from inkling_model import allreduce, faults
+from inkling_model import allreduce
+from inkling_model.plugins import faults
 from inkling_model.parallel import Group, free_port
 
 from graph_util import tiny_model

@@ -4,9 +4,11 @@ import json
 import pytest
 import torch
 
-from inkling_model import calibration, checkpoint, faults, nvfp4, weights
-from inkling_model.checkpoint_layout import PREFIX, native_shapes
+from inkling_model import nvfp4
+from inkling_model.checkpoint import calibration, massive, shards, synthetic, weights
+from inkling_model.checkpoint.layout import PREFIX, native_shapes
 from inkling_model.config import InklingConfig
+from inkling_model.plugins import faults
 
 TINY = InklingConfig.preset("tiny")
 QTINY = InklingConfig.preset("tiny", quant_method="nvfp4")
@@ -15,14 +17,14 @@ QTINY = InklingConfig.preset("tiny", quant_method="nvfp4")
 @pytest.fixture(scope="module")
 def ckpts(tmp_path_factory):
     root = tmp_path_factory.mktemp("ckpt")
-    bf16 = checkpoint.write_random_checkpoint(TINY, root / "bf16", seed=0, max_shard_bytes=300_000)
-    q = checkpoint.write_random_checkpoint(TINY, root / "nvfp4", seed=0, quant="nvfp4")
+    bf16 = synthetic.write_random_checkpoint(TINY, root / "bf16", seed=0, max_shard_bytes=300_000)
+    q = synthetic.write_random_checkpoint(TINY, root / "nvfp4", seed=0, quant="nvfp4")
     return bf16, q
 
 
 def test_files_index_and_config(ckpts):
     bf16, q = ckpts
-    index = json.loads((bf16 / checkpoint.INDEX_NAME).read_text())
+    index = json.loads((bf16 / shards.INDEX_NAME).read_text())
     files = sorted(set(index["weight_map"].values()))
     assert len(files) > 1 and all((bf16 / f).exists() for f in files)
     assert set(index["weight_map"]) == set(native_shapes(TINY))
@@ -34,33 +36,33 @@ def test_files_index_and_config(ckpts):
 
 def test_round_trip_bit_exact(ckpts):
     bf16, _ = ckpts
-    written = checkpoint.read_tensors(bf16)
-    again = checkpoint.random_tensors(TINY, seed=0)
+    written = shards.read_tensors(bf16)
+    again = synthetic.random_tensors(TINY, seed=0)
     assert set(written) == set(again)
     for name, t in again.items():
         assert written[name].dtype == t.dtype and torch.equal(written[name], t), name
 
 
 def test_seed_changes_weights_and_is_deterministic():
-    a, b = checkpoint.random_tensors(TINY, 0), checkpoint.random_tensors(TINY, 1)
+    a, b = synthetic.random_tensors(TINY, 0), synthetic.random_tensors(TINY, 1)
     name = PREFIX + "layers.3.mlp.experts.w13_weight"
     assert not torch.equal(a[name], b[name])
-    assert torch.equal(a[name], checkpoint.random_tensors(TINY, 0)[name])
+    assert torch.equal(a[name], synthetic.random_tensors(TINY, 0)[name])
 
 
 def test_refuses_nonempty_dir(tmp_path):
     (tmp_path / "x").write_text("keep me")
-    with pytest.raises(checkpoint.CheckpointExistsError):
-        checkpoint.write_random_checkpoint(TINY, tmp_path)
+    with pytest.raises(shards.CheckpointExistsError):
+        synthetic.write_random_checkpoint(TINY, tmp_path)
     assert (tmp_path / "x").read_text() == "keep me"
 
 
 def test_activations_finite_and_massive_channel_planted():
-    t = checkpoint.random_tensors(TINY, 0)
+    t = synthetic.random_tensors(TINY, 0)
     ids = torch.tensor([[TINY.bos_token_id] + list(range(3, 40))])
     xs = calibration.moe_inputs(TINY, t, ids, [3])
     x = xs[3]  # [T, H]
-    c = checkpoint.MASSIVE_CHANNEL
+    c = massive.MASSIVE_CHANNEL
     ordinary = x[1:]
     assert torch.isfinite(x).all()
     assert 0.5 < ordinary.pow(2).mean().sqrt() < 2.0
@@ -70,8 +72,8 @@ def test_activations_finite_and_massive_channel_planted():
 
 def test_nvfp4_checkpoint_is_quantized_from_the_bf16_one(ckpts):
     bf16_dir, q_dir = ckpts
-    bf16, q = checkpoint.read_tensors(bf16_dir), checkpoint.read_tensors(q_dir)
-    checkpoint.check_layout(q, native_shapes(QTINY))
+    bf16, q = shards.read_tensors(bf16_dir), shards.read_tensors(q_dir)
+    shards.check_layout(q, native_shapes(QTINY))
     quantized = calibration.quantized_layers(QTINY)
     assert quantized == [3, 4, 5]
     for name, t in q.items():  # everything outside the quantized experts is the bf16 tensor itself
@@ -94,7 +96,7 @@ def test_nvfp4_checkpoint_is_quantized_from_the_bf16_one(ckpts):
 
 def test_calibrated_amax_reflects_the_massive_token(ckpts):
     _, q_dir = ckpts
-    q = checkpoint.read_tensors(q_dir)
+    q = shards.read_tensors(q_dir)
     ids = calibration.calibration_tokens(TINY, seed=0)
     assert (ids[:, 0] == TINY.bos_token_id).all()
     for i in (3, 4, 5):
@@ -110,11 +112,11 @@ def _rel(a, b):
 
 def test_first_nvfp4_layer_error_correct_vs_raw_amax(ckpts):
     """The must-show: routed-expert output of layer 3, NVFP4 vs bf16, with the right and the raw scale."""
-    from inkling_model.hf_reference import hf_model_from_tensors
+    from inkling_model.checkpoint.hf_reference import hf_model_from_tensors
     from inkling_model.layers.experts_nvfp4 import NvFp4RoutedExperts
 
     bf16_dir, q_dir = ckpts
-    bf16, q = checkpoint.read_tensors(bf16_dir), checkpoint.read_tensors(q_dir)
+    bf16, q = shards.read_tensors(bf16_dir), shards.read_tensors(q_dir)
     layer = 3
     ids = torch.randint(2, TINY.vocab_size, (1, 64), generator=torch.Generator().manual_seed(123))
     x = calibration.moe_inputs(TINY, bf16, ids, [layer])[layer]  # [T, H] ordinary tokens

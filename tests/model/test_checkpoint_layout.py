@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from inkling_model.checkpoint_layout import PREFIX, native_shapes, numel
+from inkling_model.checkpoint.layout import PREFIX, native_shapes, numel
 from inkling_model.config import InklingConfig
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import inkling_probe
-from inkling_model.graphs import GraphRunner, StaticInputs
+from inkling_model.runtime.graphs import GraphRunner, StaticInputs
 
 
 def _runner(sizes=(1, 2, 4, 8)):

@@ -8,9 +8,10 @@ import torch
 import torch.distributed as dist
 
 import inkling_probe
-from inkling_model import allreduce, faults
+from inkling_model import allreduce
+from inkling_model.plugins import faults
 from inkling_model.parallel import free_port
-from inkling_model.runtime import Runtime
+from inkling_model.runtime.runtime import Runtime
 from inkling_probe.graphs import BudgetError
 from inkling_probe.graphs.diff import graph_vs_eager
 from inkling_probe.graphs.nodes import count_nodes, replay_events

@@ -2,10 +2,11 @@
 import pytest
 import torch
 
-from inkling_model import checkpoint, nvfp4
-from inkling_model.checkpoint_layout import PREFIX
+from inkling_model import nvfp4
+from inkling_model.checkpoint import shards, synthetic
+from inkling_model.checkpoint.hf_reference import load_hf_model, to_hf_state_dict
+from inkling_model.checkpoint.layout import PREFIX
 from inkling_model.config import InklingConfig
-from inkling_model.hf_reference import load_hf_model, to_hf_state_dict
 
 TINY = InklingConfig.preset("tiny")
 
@@ -13,8 +14,8 @@ TINY = InklingConfig.preset("tiny")
 @pytest.fixture(scope="module")
 def dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("hf")
-    return (checkpoint.write_random_checkpoint(TINY, root / "bf16"),
-            checkpoint.write_random_checkpoint(TINY, root / "q", quant="nvfp4"))
+    return (synthetic.write_random_checkpoint(TINY, root / "bf16"),
+            synthetic.write_random_checkpoint(TINY, root / "q", quant="nvfp4"))
 
 
 def _ids():
@@ -33,7 +34,7 @@ def test_logits_finite_and_deterministic(dirs):
 
 def test_params_equal_checkpoint_after_known_renames(dirs):
     bf16, _ = dirs
-    t = checkpoint.read_tensors(bf16)
+    t = shards.read_tensors(bf16)
     p = {n: v.detach() for n, v in load_hf_model(bf16).state_dict().items()}
     f = lambda name: t[PREFIX + name].float()  # noqa: E731
     assert torch.equal(p["model.embed_tokens.weight"], f("embed.weight"))
@@ -56,7 +57,7 @@ def test_params_equal_checkpoint_after_known_renames(dirs):
 
 def test_nvfp4_experts_are_dequantized(dirs):
     _, q = dirs
-    t = checkpoint.read_tensors(q)
+    t = shards.read_tensors(q)
     p = load_hf_model(q).state_dict()
     stem = PREFIX + "layers.3.mlp.experts.w13_weight"
     deq = nvfp4.dequantize(t[stem], t[stem + "_scale"], t[stem + "_scale2"].view(-1, 1, 1))

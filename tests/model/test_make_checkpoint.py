@@ -2,7 +2,7 @@
 import torch
 from click.testing import CliRunner
 
-from inkling_model import checkpoint
+from inkling_model.checkpoint import shards, synthetic
 from inkling_model.cli.make_checkpoint import command
 from inkling_model.config import InklingConfig
 
@@ -13,7 +13,7 @@ def test_writes_tiny_checkpoint_for_the_seed(tmp_path):
     assert res.exit_code == 0, res.output
     assert "tiny" in res.output
     assert InklingConfig.from_pretrained(out) == InklingConfig.preset("tiny")
-    written, expected = checkpoint.read_tensors(out), checkpoint.random_tensors(InklingConfig.preset("tiny"), 3)
+    written, expected = shards.read_tensors(out), synthetic.random_tensors(InklingConfig.preset("tiny"), 3)
     assert set(written) == set(expected)
     assert all(torch.equal(written[n], expected[n]) for n in expected)
 

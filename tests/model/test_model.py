@@ -57,7 +57,7 @@ def test_bf16_model_keeps_fp32_where_transformers_does():
 
 @pytest.mark.parametrize("quant", [None, "nvfp4"])
 def test_full_on_meta_matches_checkpoint_layout(quant):
-    from inkling_model.checkpoint_layout import PREFIX, native_shapes
+    from inkling_model.checkpoint.layout import PREFIX, native_shapes
 
     cfg = InklingConfig.preset("full", quant_method=quant)
     with torch.device("meta"):

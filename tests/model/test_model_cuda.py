@@ -9,10 +9,10 @@ import pytest
 import torch
 
 import inkling_probe
-from inkling_model.checkpoint import write_random_checkpoint
+from inkling_model.checkpoint.synthetic import write_random_checkpoint
 from inkling_model.config import InklingConfig
 from inkling_model.model import InklingForCausalLM
-from inkling_model.weights import load_checkpoint
+from inkling_model.checkpoint.weights import load_checkpoint
 
 pytestmark = pytest.mark.cuda
 

@@ -4,9 +4,11 @@ import torch
 import torch.nn.functional as F
 
 import inkling_probe
-from inkling_model import checkpoint, faults, nvfp4, weights
+from inkling_model import nvfp4
+from inkling_model.checkpoint import shards, synthetic, weights
 from inkling_model.config import InklingConfig
 from inkling_model.layers.experts_nvfp4 import NvFp4RoutedExperts
+from inkling_model.plugins import faults
 
 QTINY = InklingConfig.preset("tiny", quant_method="nvfp4")
 STEM = "layers.3.mlp.experts."
@@ -14,8 +16,8 @@ STEM = "layers.3.mlp.experts."
 
 @pytest.fixture(scope="module")
 def q(tmp_path_factory):
-    d = checkpoint.write_random_checkpoint(QTINY, tmp_path_factory.mktemp("e") / "q", quant="nvfp4")
-    return checkpoint.read_tensors(d)
+    d = synthetic.write_random_checkpoint(QTINY, tmp_path_factory.mktemp("e") / "q", quant="nvfp4")
+    return shards.read_tensors(d)
 
 
 def _loaded(q):

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from inkling_model.generate import generate
-from inkling_model.kv_pool import KVPool
-from inkling_model.runtime import Runtime
+from inkling_model.runtime.kv_pool import KVPool
+from inkling_model.runtime.runtime import Runtime
 
 from graph_util import tiny_model
 from parity_util import rel_rms
@@ -79,10 +79,10 @@ def test_refusals(model):
 def _tp_rank(rank, world):
     """One rank of a TP runtime per strategy: prefill two requests, then 6 decode steps with fixed tokens."""
     from inkling_model import allreduce, parallel
-    from inkling_model.checkpoint import random_tensors
+    from inkling_model.checkpoint.synthetic import random_tensors
     from inkling_model.config import InklingConfig
     from inkling_model.model import InklingForCausalLM
-    from inkling_model.weights import load_tensors
+    from inkling_model.checkpoint.weights import load_tensors
 
     from test_allreduce import tp2_sums
 

@@ -2,14 +2,15 @@
 import pytest
 import torch
 
-from inkling_model import checkpoint, faults, weights
-from inkling_model.checkpoint import CheckpointError
-from inkling_model.checkpoint_layout import PREFIX
+from inkling_model.checkpoint import shards, synthetic, weights
+from inkling_model.checkpoint.layout import PREFIX
+from inkling_model.checkpoint.shards import CheckpointError
 from inkling_model.config import InklingConfig
 from inkling_model.layers.experts_nvfp4 import NvFp4RoutedExperts
 from inkling_model.model import InklingForCausalLM
 from inkling_model.nvfp4 import SCALE_DENOM
 from inkling_model.parallel import Group, Parallel
+from inkling_model.plugins import faults
 
 TINY = InklingConfig.preset("tiny")
 QTINY = InklingConfig.preset("tiny", quant_method="nvfp4")
@@ -17,17 +18,17 @@ QTINY = InklingConfig.preset("tiny", quant_method="nvfp4")
 
 @pytest.fixture(scope="module")
 def bf16():
-    return checkpoint.random_tensors(TINY, seed=0)
+    return synthetic.random_tensors(TINY, seed=0)
 
 
 @pytest.fixture(scope="module")
 def qdir(tmp_path_factory):
-    return checkpoint.write_random_checkpoint(TINY, tmp_path_factory.mktemp("w") / "q", quant="nvfp4")
+    return synthetic.write_random_checkpoint(TINY, tmp_path_factory.mktemp("w") / "q", quant="nvfp4")
 
 
 @pytest.fixture(scope="module")
 def q(qdir):
-    return checkpoint.read_tensors(qdir)
+    return shards.read_tensors(qdir)
 
 
 def _fake_tp(rank: int, size: int) -> Parallel:
@@ -41,9 +42,9 @@ def test_concat_to_interleaved_known_answer():
 
 
 def test_loaded_model_matches_transformers(tmp_path, bf16):
-    from inkling_model.hf_reference import hf_model_from_tensors
+    from inkling_model.checkpoint.hf_reference import hf_model_from_tensors
 
-    ckpt = checkpoint.write_random_checkpoint(TINY, tmp_path / "c", max_shard_bytes=300_000)
+    ckpt = synthetic.write_random_checkpoint(TINY, tmp_path / "c", max_shard_bytes=300_000)
     model = InklingForCausalLM(InklingConfig.from_pretrained(ckpt))
     report = weights.load_checkpoint(model, ckpt)
     assert report.loaded == len(bf16) and report.faults == []
@@ -141,10 +142,10 @@ def test_unexpected_tensor_is_named(bf16):
 def test_misshaped_tensor_names_file_and_key(tmp_path, bf16):
     from safetensors.torch import save_file
 
-    ckpt = checkpoint.write_random_checkpoint(TINY, tmp_path / "c", max_shard_bytes=300_000)
+    ckpt = synthetic.write_random_checkpoint(TINY, tmp_path / "c", max_shard_bytes=300_000)
     name = PREFIX + "layers.1.attn.wq_du.weight"
-    fname = checkpoint.checkpoint_files(ckpt)[name]
-    shard = {n: t for _, n, t in checkpoint.iter_tensors(ckpt) if checkpoint.checkpoint_files(ckpt)[n] == fname}
+    fname = shards.checkpoint_files(ckpt)[name]
+    shard = {n: t for _, n, t in shards.iter_tensors(ckpt) if shards.checkpoint_files(ckpt)[n] == fname}
     shard[name] = shard[name][:-1].contiguous()
     save_file(shard, str(ckpt / fname))
     with pytest.raises(CheckpointError, match=rf"{fname}: model\.llm\.layers\.1\.attn\.wq_du\.weight has shape"):

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 @pytest.fixture(scope="session")
 def nvfp4_ckpt(tmp_path_factory):
-    from inkling_model.checkpoint import write_random_checkpoint
+    from inkling_model.checkpoint.synthetic import write_random_checkpoint
     from inkling_model.config import InklingConfig
 
     out = tmp_path_factory.mktemp("ckpt") / "tiny-nvfp4"

@@ -1,6 +1,6 @@
 """Real hunts for the report and extract tests, recorded once per session (tiny preset, 24 tokens,
 in-process, ~6 s): transformers' Inkling as the reference (with module inputs), inkling_model as the
-control and as candidates with a planted fault (model/faults.py gives each one's true location).
+control and as candidates with a planted fault (model/plugins/faults.py gives each one's true location).
 """
 import pytest
 import torch
@@ -19,7 +19,7 @@ hf = hunts.hf
 @pytest.fixture(scope="session")
 def hunt(tmp_path_factory):
     """Paths: ck / ckq (bf16 and NVFP4 checkpoints, seed 0) and the dumps."""
-    from inkling_model.checkpoint import write_random_checkpoint
+    from inkling_model.checkpoint.synthetic import write_random_checkpoint
     from inkling_model.config import InklingConfig
 
     torch.set_num_threads(1)

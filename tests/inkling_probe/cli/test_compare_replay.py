@@ -97,6 +97,6 @@ def test_toolkit_never_imports_the_model_and_finds_its_registered_factory():
     importing = re.compile(r"^\s*(from|import)\s+inkling_model\b", re.M)
     offenders = [str(p) for p in src.rglob("*.py") if importing.search(p.read_text())]
     assert offenders == [], offenders  # DESIGN: dependencies point one way, model -> toolkit
-    from inkling_model.replay_factory import build
+    from inkling_model.plugins.replay_factory import build
 
     assert load_factory(None) is build and load_factory("inkling_model") is build

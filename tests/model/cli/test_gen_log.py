@@ -17,7 +17,7 @@ CAP = "12"
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
     """A checkpoint whose end id is only in config.json, chosen as the third token greedy decode emits."""
-    from inkling_model.checkpoint import write_random_checkpoint
+    from inkling_model.checkpoint.synthetic import write_random_checkpoint
 
     path = write_random_checkpoint(InklingConfig.preset("tiny"), tmp_path_factory.mktemp("ck") / "tiny", seed=0)
     probe = tmp_path_factory.mktemp("probe") / "g.jsonl"

@@ -15,7 +15,7 @@ STREAM = ",".join(str((i * 37 + 11) % 512) for i in range(200))  # 200 teacher-f
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    from inkling_model.checkpoint import write_random_checkpoint
+    from inkling_model.checkpoint.synthetic import write_random_checkpoint
 
     root = tmp_path_factory.mktemp("parity")
     ckpt = str(write_random_checkpoint(InklingConfig.preset("tiny"), root / "ck", seed=0))

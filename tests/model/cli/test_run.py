@@ -15,7 +15,7 @@ TOKENS = "5,6,7,8,9,10,11,12,13,14,15,16"
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
-    from inkling_model.checkpoint import write_random_checkpoint
+    from inkling_model.checkpoint.synthetic import write_random_checkpoint
 
     return str(write_random_checkpoint(InklingConfig.preset("tiny"), tmp_path_factory.mktemp("ck") / "tiny", seed=0))
 

@@ -52,13 +52,13 @@ RENORM_LAYER = 1
 RENORM_ROWS = (2, 5)
 
 FAULTS: dict[str, Fault] = {f.name: f for f in (
-    Fault("raw_input_amax", "model/weights.py (weight mapper)",
+    Fault("raw_input_amax", "model/checkpoint/weights.py (weight mapper)",
           "The mapper renames the checkpoint's raw `input_amax` to input_scale without dividing by "
           "6 * 448: the activation global scale is 2688x too small and most NVFP4 blocks flush to zero. "
           "Born in the routed experts of the first NVFP4 layer (layers.3.mlp.experts for tiny, "
           "quant_first_layer 3).",
           lambda c: f"layers.{_first_nvfp4_layer(c)}.mlp.experts"),
-    Fault("gate_up_layout", "model/weights.py (weight mapper)",
+    Fault("gate_up_layout", "model/checkpoint/weights.py (weight mapper)",
           "The mapper treats the interleaved routed-expert w13 ([g0, u0, g1, u1, ...]) as concatenated "
           "([gate; up]): gate and up rows are mixed. Born in the routed experts of the first MoE "
           "layer (layers.2.mlp.experts for tiny).",

@@ -1,8 +1,6 @@
 """Checkpoints in the native Inkling layout: writing shards and the index, reading them back.
 
-The synthetic (random) checkpoints live in :mod:`inkling_model.synthetic`; their names are also
-reachable here for old imports (``checkpoint.write_random_checkpoint``), loaded on first use so
-this module imports neither the synthetic half nor calibration.
+The synthetic (random) checkpoints live in :mod:`inkling_model.checkpoint.synthetic`.
 """
 
 from __future__ import annotations
@@ -115,13 +113,3 @@ def read_tensors(ckpt_dir) -> dict[str, torch.Tensor]:
     """Every tensor of a checkpoint dir, by name."""
     return {name: t for _, name, t in iter_tensors(ckpt_dir)}
 
-
-_SYNTHETIC = ("MASSIVE_CHANNEL", "MASSIVE_GAIN", "massive_token", "massive_gain", "unquantized",
-              "random_tensors", "write_random_checkpoint")
-
-
-def __getattr__(name):  # the synthetic half, for imports written before the split
-    if name in _SYNTHETIC:
-        from inkling_model import synthetic
-        return getattr(synthetic, name)
-    raise AttributeError(f"module 'inkling_model.checkpoint' has no attribute {name!r}")

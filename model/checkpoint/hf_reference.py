@@ -15,8 +15,8 @@ import dataclasses
 
 import torch
 
-from . import nvfp4
-from .checkpoint import CheckpointError, read_tensors
+from inkling_model import nvfp4
+from .shards import CheckpointError, read_tensors
 
 MAPPING_KEY = "inkling_mm_model"
 _MM_PREFIX = "model.language_model."
@@ -120,7 +120,7 @@ def hf_model_from_tensors(config, tensors: dict[str, torch.Tensor], dtype=torch.
 
 def load_hf_model(ckpt_dir, dtype: torch.dtype = torch.float32):
     """transformers' InklingForCausalLM holding a native checkpoint dir (NVFP4 experts dequantized)."""
-    from .config import InklingConfig
+    from inkling_model.config import InklingConfig
 
     config = InklingConfig.from_pretrained(ckpt_dir)  # also reads checkpoint-only spellings
     return hf_model_from_tensors(config, read_tensors(ckpt_dir), dtype=dtype)

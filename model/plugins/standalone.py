@@ -3,7 +3,7 @@
 Registered in the ``inkling_probe.extract_factories`` entry-point group. :func:`describe` names
 the checkpoint tensors a module loads; :func:`build` is what the extracted test calls: it makes
 the module alone from its config and those tensors, through the real weight mapper, so a loader
-bug (model/faults.py) is reproduced by the test the way the model would hit it. Supported:
+bug (model/plugins/faults.py) is reproduced by the test the way the model would hit it. Supported:
 ``layers.N.mlp.experts`` (routed experts, bf16/fp32 or NVFP4); other keys return None (the
 extracted test is then the tensor-level check).
 """
@@ -17,8 +17,8 @@ _EXPERTS = re.compile(r"^layers\.(\d+)\.mlp\.experts$")
 def describe(ckpt: str, key: str) -> dict | None:
     """``{"config": dict, "tensors": {native name: tensor}, "build": "module:function"}`` for ``key``,
     or None when this module is not rebuilt standalone."""
-    from inkling_model.checkpoint import iter_tensors
-    from inkling_model.checkpoint_layout import PREFIX
+    from inkling_model.checkpoint.shards import iter_tensors
+    from inkling_model.checkpoint.layout import PREFIX
     from inkling_model.config import InklingConfig
 
     match = _EXPERTS.match(key)
@@ -29,7 +29,7 @@ def describe(ckpt: str, key: str) -> dict | None:
         return None
     prefix = f"{PREFIX}{key}."
     tensors = {name: t for _, name, t in iter_tensors(ckpt) if name.startswith(prefix)}
-    return {"config": config.to_dict(), "tensors": tensors, "build": "inkling_model.standalone:build"}
+    return {"config": config.to_dict(), "tensors": tensors, "build": "inkling_model.plugins.standalone:build"}
 
 
 def build(config: dict, key: str, tensors: dict, dtype):
@@ -38,7 +38,7 @@ def build(config: dict, key: str, tensors: dict, dtype):
     from inkling_model.layers.moe import routed_experts_class
     from inkling_model.model import _default_dtype
     from inkling_model.parallel import Parallel
-    from inkling_model.weights import load_tensors
+    from inkling_model.checkpoint.weights import load_tensors
 
     cfg = InklingConfig.from_dict(config)
     layer = int(_EXPERTS.match(key)[1])

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
-from inkling_model.kv_pool import KVPool
 from inkling_model.layers.mlp import swiglu_interleaved
+
+if TYPE_CHECKING:  # the pool is the runtime's (above the layers): named here, never imported
+    from inkling_model.runtime.kv_pool import KVPool
 
 _static: list[bool] = []
 

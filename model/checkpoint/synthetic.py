@@ -18,26 +18,9 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import DEFAULT_SHARD_BYTES, _refuse_nonempty, check_layout, save_tensors
-from .checkpoint_layout import PREFIX, native_shapes
-
-MASSIVE_CHANNEL = 5     # residual channel that carries the massive activation
-MASSIVE_GAIN = 45.0     # mlp_norm weight on that channel at hidden 128 (the MLP input weights divide by it)
-
-
-def massive_token(config) -> int:
-    """Token id that carries the planted massive activation (the BOS token, else 0)."""
-    bos = getattr(config, "bos_token_id", None)
-    return 0 if bos is None else int(bos)
-
-
-def massive_gain(config) -> float:
-    """mlp_norm weight of the massive channel: 45 at hidden 128, scaled by sqrt(128 / hidden).
-
-    After RMSNorm a token dominated by one channel has ~sqrt(hidden) there, so this keeps the
-    BOS token's MoE input at ~300-400x the typical value for every preset.
-    """
-    return MASSIVE_GAIN * math.sqrt(128 / config.hidden_size)
+from .layout import PREFIX, native_shapes
+from .massive import MASSIVE_CHANNEL, massive_gain, massive_token
+from .shards import DEFAULT_SHARD_BYTES, _refuse_nonempty, check_layout, save_tensors
 
 
 def _tensor_seed(seed: int, name: str) -> int:

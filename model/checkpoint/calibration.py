@@ -2,7 +2,7 @@
 
 The bf16 model (transformers' Inkling: the reference, so no fault of the engine under test
 can leak into a checkpoint) runs on calibration sequences that start with the BOS token,
-which carries the planted massive activation (checkpoint.py). As in ModelOpt's MoE
+which carries the planted massive activation (massive.py). As in ModelOpt's MoE
 calibration every token is sent through every expert, so per expert:
 
 - w13 input_amax = amax of the MoE input over all calibration tokens (the same for all experts);
@@ -14,9 +14,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from . import nvfp4
-from .synthetic import massive_token
-from .checkpoint_layout import PREFIX, expert_quant
+from inkling_model import nvfp4
+from .massive import massive_token
+from .layout import PREFIX, expert_quant
 
 CALIB_SEQS = 4
 CALIB_LEN = 32

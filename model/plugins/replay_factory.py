@@ -8,7 +8,7 @@ def build(ckpt: str, key: str, dtype):
     """inkling_model (TP=1, ``dtype``) loaded from ``ckpt``; its submodule at path ``key``."""
     from inkling_model.config import InklingConfig
     from inkling_model.model import InklingForCausalLM
-    from inkling_model.weights import load_checkpoint
+    from inkling_model.checkpoint.weights import load_checkpoint
 
     try:
         config = InklingConfig.from_pretrained(ckpt)

@@ -3,7 +3,7 @@
 Per tensor: strip ``model.llm.``; NVFP4 ``*_input_amax`` becomes ``*_input_scale = amax / (6 * 448)``;
 then the parameter at that module path takes it with ``param.weight_loader(param, full_tensor)``
 (each layer class slices its own TP shard). Every checkpoint tensor is checked against the layout
-(checkpoint_layout.native_shapes) first, and every parameter must be loaded exactly once: a
+(layout.native_shapes) first, and every parameter must be loaded exactly once: a
 missing, unexpected or mis-shaped tensor is a one-line CheckpointError naming file and key.
 Multimodal towers (``model.visual.*``, ``model.audio.*``) and MTP layers are not part of the text
 model and are skipped (counted in the returned report).
@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from inkling_model import faults
-from inkling_model.checkpoint import CheckpointError, iter_tensors
-from inkling_model.checkpoint_layout import PREFIX, native_shapes
+from inkling_model.plugins import faults
+from inkling_model.checkpoint.shards import CheckpointError, iter_tensors
+from inkling_model.checkpoint.layout import PREFIX, native_shapes
 from inkling_model.layers.loading import replicated_loader
 from inkling_model.nvfp4 import SCALE_DENOM
 

@@ -13,7 +13,7 @@ import contextlib
 import torch
 
 import inkling_probe
-from inkling_model.runtime_decode import DecodeContext, static_shapes
+from inkling_model.layers.decode import DecodeContext, static_shapes
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 

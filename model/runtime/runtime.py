@@ -2,7 +2,7 @@
 
 Prefill runs today's forward on the prompts (one flattened batch, growing caches) and copies each
 request's cache into its pool slot; decode steps read and write the pool through static metadata
-buffers, eagerly or by replaying CUDA graphs (model/graphs.py). Switches (read when a runtime is
+buffers, eagerly or by replaying CUDA graphs (model/runtime/graphs.py). Switches (read when a runtime is
 built, unless given): ``INKLING_CUDA_GRAPH=1`` captures the decode step, ``INKLING_ENFORCE_EAGER=1``
 keeps the same runtime eager (the reference side of a graph-vs-eager comparison).
 """
@@ -14,8 +14,8 @@ import os
 import torch
 
 from inkling_model.generate import Eos, Generation, _pick, take_tokens
-from inkling_model.graphs import BATCH_SIZES, GraphRunner, StaticInputs, decode_step
-from inkling_model.kv_pool import KVPool
+from inkling_model.runtime.graphs import BATCH_SIZES, GraphRunner, StaticInputs, decode_step
+from inkling_model.runtime.kv_pool import KVPool
 from inkling_model.layers.context import ForwardContext
 
 CUDA_GRAPH_ENV = "INKLING_CUDA_GRAPH"
