@@ -5,15 +5,29 @@ once. :func:`record` captures any ``torch.nn.Module`` with forward hooks, :func:
 ``compare(ref, cand, control=None)`` compares two (a report with an HTML view, ``.plot()``).
 docs/PROBES.md lists the settings and docs/FORMAT.md the file format.
 """
+import types as _types
+
 from inkling_probe.sink import enabled, probe, recording, step
+
+
+class _RecordPackage(_types.ModuleType):
+    """``inkling_probe.record``: the write side's package (recorder, staging) and, called,
+    :func:`inkling_probe.hooks.record` (torch is imported on the call)."""
+
+    def __call__(self, module, *args, **kwargs):
+        from inkling_probe.hooks import record as hooks_record
+
+        return hooks_record(module, *args, **kwargs)
+
+
+from inkling_probe import record  # noqa: E402 - the package's face only: importing it stays light
+
+record.__class__ = _RecordPackage  # inkling_probe.record(module, path, ...) however it is reached
 
 __all__ = ["probe", "step", "enabled", "recording", "record", "open", "compare", "NameMap"]
 
 
 def __getattr__(name):  # heavy parts load on first use, so `import inkling_probe` stays light
-    if name == "record":
-        from inkling_probe.hooks import record
-        return record
     if name == "open":
         from inkling_probe.store.reader import open_dump
         return open_dump

@@ -147,7 +147,7 @@ def cell(shape: str, repeats: int, steps: int) -> dict:
     mb = stored_mb(d, step=1)
     tensors = sum(1 for r in d.index if r["step"] == 1)
     shutil.rmtree(root)
-    from inkling_probe.recorder import writer_mode
+    from inkling_probe.record.recorder import writer_mode
     return {"times": times, "mb": mb, "tensors": tensors, "files": hooks["files"], "auto": writer_mode("auto"),
             "steps": steps}
 

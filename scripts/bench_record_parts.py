@@ -22,7 +22,8 @@ import torch
 from bench_record import cuda_small_model  # this folder, on sys.path when run as a script
 
 import inkling_probe  # bench_record put the checkout on sys.path
-from inkling_probe import sink, staging
+from inkling_probe import sink
+from inkling_probe.record import staging
 
 FORWARDS = 4  # a timed run
 ROUNDS = 7

@@ -80,7 +80,7 @@ def recorded_inputs(dump, key: str, step: int = 0, call: int = 0, name_map=None)
 
 
 def _outputs(out, key: str) -> list[tuple[str, torch.Tensor]]:
-    from inkling_probe.capture import flatten
+    from inkling_probe.hooks import flatten
 
     return list(flatten(out, key))
 

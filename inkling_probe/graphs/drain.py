@@ -7,7 +7,7 @@ import torch
 from inkling_probe.graphs.static import Layout
 
 
-class Drain:
+class ArenaDrain:
     """Pinned host mirror of an arena; :meth:`start` copies (async), :meth:`finish` hands rows over."""
 
     def __init__(self, arena: torch.Tensor):

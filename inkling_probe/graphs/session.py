@@ -12,7 +12,7 @@ import contextlib
 import torch
 
 from inkling_probe import sink
-from inkling_probe.graphs.drain import Drain
+from inkling_probe.graphs.drain import ArenaDrain
 from inkling_probe.graphs.static import CaptureRecorder, Layout, PlanRecorder, budget_bytes, check_budget
 
 
@@ -24,7 +24,7 @@ class InGraphRecording:
         self.budget = budget_bytes() if budget is None else budget
         self.layouts: dict = {}
         self.arena: torch.Tensor | None = None
-        self.drain: Drain | None = None
+        self.drain: ArenaDrain | None = None
 
     @contextlib.contextmanager
     def planning(self, key):
@@ -36,7 +36,7 @@ class InGraphRecording:
         self.layouts[key] = plan.layout
         if self.arena is None:
             self.arena = torch.empty(max(plan.layout.used, 1), dtype=torch.uint8, device=self.device)
-            self.drain = Drain(self.arena)
+            self.drain = ArenaDrain(self.arena)
         elif plan.layout.used > self.arena.numel():
             raise RuntimeError(f"graph {key} needs {plan.layout.used} bytes, more than the arena planned for "
                                "the first graph: capture the largest batch first")

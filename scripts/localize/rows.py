@@ -11,7 +11,7 @@ import contextlib
 import torch
 
 import inkling_probe
-from inkling_probe.capture import flatten
+from inkling_probe.hooks import flatten
 
 
 def _row(t: torch.Tensor, row: int, batch: int, tokens: int) -> torch.Tensor:

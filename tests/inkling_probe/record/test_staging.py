@@ -9,9 +9,10 @@ import pytest
 import torch
 
 import inkling_probe
-from inkling_probe import settings, sink, staging
+from inkling_probe import settings, sink
+from inkling_probe.record import staging
 from inkling_probe.errors import DumpError
-from inkling_probe.recorder import Recorder
+from inkling_probe.record.recorder import Recorder
 
 
 class SlowStager:

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import inkling_probe
-from inkling_probe.capture import flatten
+from inkling_probe.hooks import flatten
 
 
 class Block(torch.nn.Module):
