@@ -20,6 +20,7 @@ from inkling_probe.bundle.slice import write_slice
 from inkling_probe.errors import ProbeError
 from inkling_probe.views import html, markdown, plots
 from inkling_probe.views.doc import as_doc, culprits, name
+from inkling_probe.views.format import json_default, sanitize
 from inkling_probe.views.tokens import token_errors
 
 PLOTS = {"divergence_by_layer.png": "error per probe point in execution order (threshold, noise floor, culprits)",
@@ -149,9 +150,7 @@ def _open_named(doc: dict, notes: list) -> dict:
 
 def _portable(doc: dict, dumps: dict) -> dict:
     """The document with dump paths reduced to folder names and ``culprits`` always present."""
-    from inkling_probe.cli.common import _json_default, _sanitize  # the same JSON as `compare --json`
-
-    text = json.dumps(_sanitize(doc), default=_json_default)
+    text = json.dumps(sanitize(doc), default=json_default)  # the same JSON as `compare --json`
     for side in ("ref", "cand", "control"):
         for path in {doc.get(side), getattr(dumps.get(side), "path", None)} - {None, ""}:
             for form in {str(path), os.path.abspath(str(path))}:

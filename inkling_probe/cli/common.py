@@ -1,11 +1,11 @@
 """Helpers shared by the CLI commands: one-line input errors, dump opening, output."""
 from __future__ import annotations
 
-import json
-import math
 import sys
 
 import click
+
+from inkling_probe.views.format import to_json
 
 
 class BadInput(click.ClickException):
@@ -34,38 +34,7 @@ def console():
 
 def emit_json(obj) -> None:
     """Print ``obj`` as JSON; NaN and Inf (which JSON lacks) become null."""
-    click.echo(json.dumps(_sanitize(obj), indent=2, default=_json_default, allow_nan=False))
-
-
-def _sanitize(obj):
-    if isinstance(obj, float):
-        return finite_or_none(obj)
-    if isinstance(obj, dict):
-        return {k: _sanitize(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_sanitize(v) for v in obj]
-    return obj
-
-
-def _json_default(v):
-    if hasattr(v, "item"):
-        return v.item()
-    if isinstance(v, (set, tuple)):
-        return list(v)
-    raise TypeError(f"not JSON-serialisable: {type(v).__name__}")
-
-
-def finite_or_none(x):
-    """JSON has no NaN/Inf: map them to None."""
-    return None if isinstance(x, float) and not math.isfinite(x) else x
-
-
-def fmt(x, digits: int = 4) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    if isinstance(x, float):
-        return f"{x:.{digits}g}"
-    return str(x)
+    click.echo(to_json(obj, indent=2))
 
 
 def key_filter(patterns):

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import click
 
-from inkling_probe.cli.common import BadInput, console, emit_json, finite_or_none, fmt, key_filter, open_dump
+from inkling_probe.cli.common import BadInput, console, emit_json, key_filter, open_dump
+from inkling_probe.views.format import finite_or_none, fmt
 
 _JSON_FIELDS = ("key", "step", "seq", "call", "rank", "shape", "dtype", "shard", "dim", "numel",
                 "mean", "rms", "absmax", "nan", "inf", "hash")

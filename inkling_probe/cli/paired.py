@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import click
 
-from inkling_probe.cli.common import console, fmt
+from inkling_probe.cli.common import console
+from inkling_probe.views.format import fmt
 from inkling_probe.cli.eval_output import conclude
 
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import click
 
-from inkling_probe.cli.common import BadInput, console, emit_json, fmt, open_dump
+from inkling_probe.cli.common import BadInput, console, emit_json, open_dump
+from inkling_probe.views.format import fmt
 
 
 FACTORY_GROUP = "inkling_probe.replay_factories"

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import click
 
-from inkling_probe.cli.common import BadInput, console, emit_json, finite_or_none, fmt, open_dump
+from inkling_probe.cli.common import BadInput, console, emit_json, open_dump
+from inkling_probe.views.format import finite_or_none, fmt
 
 
 @click.command("show")

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 
+from inkling_probe.views.format import fmt as _fmt
+
 
 def as_doc(report) -> dict:
     """The JSON document of ``report`` (a Report, a dict, or the path of a saved ``--json``)."""
@@ -78,9 +80,7 @@ def verdict(doc: dict) -> str:
 
 def fmt(x, digits: int = 3) -> str:
     """A number for people: 3 significant digits, '-' for None/NaN."""
-    from inkling_probe.cli.common import fmt as cli_fmt
-
-    return cli_fmt(x, digits)
+    return _fmt(x, digits)
 
 
 def name(path) -> str:

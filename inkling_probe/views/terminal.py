@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from inkling_probe.cli.common import fmt
+from inkling_probe.views.format import fmt
 
 _SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64", "int64": "i64",
           "int32": "i32", "bool": "bool", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2",
