@@ -4,22 +4,21 @@ Planted faults with known culprit keys and benign pairs, on inkling_model (TP 1 
 NVFP4) and tiny random transformers models (Llama, Qwen2-MoE, GPT-NeoX), each compared in fp32
 without a control and in bf16 with a control. Prints a table (case, regime, truth, culprit, first
 divergence, explain verdict), then top-1 accuracy, explain accuracy, false positives and a
-sensitivity sweep. Cases live in scripts/localize/ (one module per family); docs/COMPARE.md,
-"Localization corpus", says how they are judged.
+sensitivity sweep. Cases live in corpus/ (the package inkling_corpus, one module per family);
+docs/COMPARE.md, "Localization corpus", says how they are judged.
 
     python scripts/bench_localize.py [--quick] [--only PATTERN] [--json OUT] [--keep DIR] [--no-sweep]
 """
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import json
 import os
 import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from inkling_corpus.bench import match as _match, run, select
 
 
 def _args(argv):
@@ -33,39 +32,13 @@ def _args(argv):
     return p.parse_args(argv)
 
 
-def _match(name: str, pattern: str | None) -> bool:
-    if not pattern:
-        return True
-    return fnmatch.fnmatch(name, pattern) if any(c in pattern for c in "*?[") else pattern in name
-
-
-def select(families: dict, quick: bool, only: str | None) -> list:
-    """The corpus cases to run (not the sweep)."""
-    cases = [c for f in families.values() for c in f.cases()]
-    return [c for c in cases if (c.quick or not quick) and _match(c.name, only)]
-
-
-def run(cases, dumps, log) -> list:
-    """Record what the cases need, then compare and judge every case in every regime."""
-    from localize.judge import run_case
-
-    trios = [t for c in cases for t in c.regimes.values()]
-    dumps.ensure([r for t in trios for r in (t.ref, t.cand, t.control)])
-    results = []
-    for c in cases:
-        for regime in c.regimes:
-            results.append(run_case(c, regime, dumps))
-    log(f"compared {len(results)} case-regimes")
-    return results
-
-
 def main(argv=None) -> int:
     args = _args(argv)
     import torch
 
     torch.set_num_threads(1)
-    from localize import families as fams, report, sweep
-    from localize.dumps import Dumps
+    from inkling_corpus import families as fams, report, sweep
+    from inkling_corpus.dumps import Dumps
 
     t0 = time.perf_counter()
     log = lambda msg: print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)

@@ -6,14 +6,9 @@ the mark) with the reason. The
 case list is written out here (collection stays fast: no transformers import) and checked against
 the corpus's own quick subset.
 """
-import os
-import sys
-
 import pytest
 
 pytestmark = pytest.mark.slow
-
-SCRIPTS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "scripts")
 
 FAULTS = [
     "llama/scale_down_1.03", "llama/norm_not_loaded", "llama/gqa_tiled", "llama/decode_drift",
@@ -55,20 +50,19 @@ def _params(pairs, failing):
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """The quick subset, recorded and compared once: ({(case, regime): Result}, sweep results)."""
-    sys.path.insert(0, os.path.abspath(SCRIPTS))
     import torch
 
-    import bench_localize
-    from localize import families, sweep
-    from localize.dumps import Dumps
+    from inkling_corpus import families, sweep
+    from inkling_corpus.bench import run, select
+    from inkling_corpus.dumps import Dumps
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         fams = families.load()
         dumps = Dumps(str(tmp_path_factory.mktemp("corpus")), fams)
-        results = bench_localize.run(bench_localize.select(fams, True, None), dumps, lambda msg: None)
-        swept = bench_localize.run(sweep.cases(fams, quick=True), dumps, lambda msg: None)
+        results = run(select(fams, True, None), dumps, lambda msg: None)
+        swept = run(sweep.cases(fams, quick=True), dumps, lambda msg: None)
     finally:
         torch.set_num_threads(threads)
     return {(r.case, r.regime): r for r in results}, swept

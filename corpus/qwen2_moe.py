@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
 
-from localize import plant
-from localize.hf import Family, Mod
-from localize.regimes import benign_set, fault_case
+from inkling_corpus import plant
+from inkling_corpus.hf import Family, Mod
+from inkling_corpus.regimes import benign_set, fault_case
 
 NAME = "qwen2_moe"
 L = "model.layers"
@@ -131,6 +131,6 @@ def cases():
 
 
 def record_many(items) -> dict:
-    from localize.hf import record_all
+    from inkling_corpus.hf import record_all
 
     return record_all(FAMILY, items)

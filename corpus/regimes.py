@@ -7,7 +7,7 @@
 """
 from __future__ import annotations
 
-from localize.case import Case, Run, Trio
+from inkling_corpus.case import Case, Run, Trio
 
 
 def twin(family: str, prompt: int = 0) -> Run:

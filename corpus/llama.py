@@ -11,9 +11,9 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.models.llama import modeling_llama as ml
 
-from localize import plant
-from localize.hf import Family, Mod
-from localize.regimes import benign_set, fault_case
+from inkling_corpus import plant
+from inkling_corpus.hf import Family, Mod
+from inkling_corpus.regimes import benign_set, fault_case
 
 NAME = "llama"
 DECODE = 4  # decode steps of the decode cases
@@ -141,6 +141,6 @@ def cases():
 
 
 def record_many(items) -> dict:
-    from localize.hf import record_all
+    from inkling_corpus.hf import record_all
 
     return record_all(FAMILY, items)

@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-from localize import plant
-from localize.hf import Family, Mod
-from localize.regimes import benign_set, fault_case
+from inkling_corpus import plant
+from inkling_corpus.hf import Family, Mod
+from inkling_corpus.regimes import benign_set, fault_case
 
 NAME = "gpt_neox"
 L = "gpt_neox.layers"
@@ -89,6 +89,6 @@ def cases():
 
 
 def record_many(items) -> dict:
-    from localize.hf import record_all
+    from inkling_corpus.hf import record_all
 
     return record_all(FAMILY, items)

@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from localize.case import Run
+from inkling_corpus.case import Run
 
 SEED = 0
 TOKENS = 24
@@ -96,7 +96,7 @@ def _threads(n: int):
 def record(family: Family, run: Run, dump: str) -> None:
     """Build, plant and run the model once with every module's outputs and inputs recorded."""
     import inkling_probe
-    from localize.rows import record_row
+    from inkling_corpus.rows import record_row
 
     batch, row = run.setting("batch", 1), run.setting("row", 0)
     with _threads(run.setting("threads", 1)):

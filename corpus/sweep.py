@@ -5,9 +5,9 @@ mods and judged like any planted fault, in fp32 and in bf16 with a control.
 """
 from __future__ import annotations
 
-from localize import plant
-from localize.hf import Mod
-from localize.regimes import fault_case
+from inkling_corpus import plant
+from inkling_corpus.hf import Mod
+from inkling_corpus.regimes import fault_case
 
 FACTORS = (1.001, 1.002, 1.005, 1.01, 1.02, 1.03, 1.05, 1.10)
 QUICK_FACTORS = (1.01, 1.03)

@@ -7,8 +7,8 @@ correct-NVFP4 control in bf16. The TP=2 runs are recorded by spawned ranks (inkl
 """
 from __future__ import annotations
 
-from localize.case import Case, Run, Trio
-from localize.inkling_runs import ISSUE_PROMPT
+from inkling_corpus.case import Case, Run, Trio
+from inkling_corpus.inkling_runs import ISSUE_PROMPT
 
 NAME = "inkling"
 TP2_PROMPTS = 10  # the issue asks the bf16 TP=1 vs TP=2 pair to pass on 10 prompts
@@ -104,6 +104,6 @@ def cases() -> list[Case]:
 
 
 def record_many(items) -> dict:
-    from localize.inkling_runs import record_many as record
+    from inkling_corpus.inkling_runs import record_many as record
 
     return record(items)

@@ -8,4 +8,4 @@ NAMES = ("llama", "qwen2_moe", "gpt_neox", "inkling")
 
 def load(names=NAMES) -> dict:
     """Family name -> module (imported on demand: transformers is slow to import)."""
-    return {n: importlib.import_module(f"localize.{n}") for n in names}
+    return {n: importlib.import_module(f"inkling_corpus.{n}") for n in names}

@@ -1,0 +1,11 @@
+"""The localization corpus: planted faults with known culprit keys and benign pairs, on
+inkling_model and tiny random transformers models, each compared in several regimes
+(docs/COMPARE.md, "Localization corpus"). Run by ``scripts/bench_localize.py`` and, its quick
+subset, by tests/inkling_probe/compare/test_corpus.py.
+
+- :mod:`.families` loads the families (one module each: :mod:`.llama`, :mod:`.qwen2_moe`,
+  :mod:`.gpt_neox`, :mod:`.inkling`); :mod:`.bench` selects cases and runs them;
+- :mod:`.case`, :mod:`.regimes`: a case, its runs and regimes; :mod:`.plant`, :mod:`.hf`,
+  :mod:`.rows`, :mod:`.inkling_runs`: recording them; :mod:`.dumps`: the recorded dumps;
+- :mod:`.judge`, :mod:`.report`, :mod:`.sweep`: judging, the table, the sensitivity sweep.
+"""
