@@ -6,6 +6,7 @@ subset, by tests/inkling_probe/compare/test_corpus.py.
 - :mod:`.families` loads the families (one module each: :mod:`.llama`, :mod:`.qwen2_moe`,
   :mod:`.gpt_neox`, :mod:`.inkling`); :mod:`.bench` selects cases and runs them;
 - :mod:`.case`, :mod:`.regimes`: a case, its runs and regimes; :mod:`.plant`, :mod:`.hf`,
-  :mod:`.rows`, :mod:`.inkling_runs`: recording them; :mod:`.dumps`: the recorded dumps;
+  :mod:`.inkling_runs`: recording them (one batch row: ``record(batch_row=)``); :mod:`.dumps`:
+  the recorded dumps;
 - :mod:`.judge`, :mod:`.report`, :mod:`.sweep`: judging, the table, the sensitivity sweep.
 """

@@ -96,17 +96,14 @@ def _threads(n: int):
 def record(family: Family, run: Run, dump: str) -> None:
     """Build, plant and run the model once with every module's outputs and inputs recorded."""
     import inkling_probe
-    from inkling_corpus.rows import record_row
 
     batch, row = run.setting("batch", 1), run.setting("row", 0)
+    sliced = batch > 1 and run.setting("slice", False)  # keep the row that holds the prompt
     with _threads(run.setting("threads", 1)):
         model = build(family, run)
         ids = prompt_ids(model.config.vocab_size, run.prompt, batch, row)
-        if batch > 1 and run.setting("slice", False):
-            rec = record_row(model, dump, row, batch, TOKENS)
-        else:
-            rec = inkling_probe.record(model, dump, writer="inline")  # honest token dims ("auto")
-        with torch.no_grad(), rec:
+        with torch.no_grad(), inkling_probe.record(model, dump, writer="inline",  # honest token dims ("auto")
+                                                   batch_row=row if sliced else None):
             _forward(model, ids, run.setting("decode", 0))
 
 

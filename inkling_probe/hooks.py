@@ -32,10 +32,11 @@ def _join(prefix: str, suffix: str) -> str:
 
 
 class _Capture:
-    def __init__(self, include, name_map, token_dim):
+    def __init__(self, include, name_map, token_dim, batch_row=None):
         self.include = glob_patterns(include)
         self.name_map = name_map
         self.token_dim = token_dim
+        self.batch_row = batch_row  # keep this batch row only (None: every row)
         self.batch_tokens: tuple[int, int] | None = None  # (B, T) of the root's input, for "auto"
 
     def learn_shape(self, module, args, kwargs):
@@ -50,6 +51,20 @@ class _Capture:
             if isinstance(emb, torch.Tensor) and emb.dim() == 3:
                 found = tuple(emb.shape[:2])
         self.batch_tokens = found or self.batch_tokens
+        if self.batch_row is not None and self.batch_tokens and self.batch_row >= self.batch_tokens[0]:
+            raise ValueError(f"record(batch_row={self.batch_row}): the input has {self.batch_tokens[0]} rows")
+
+    def cut(self, t: torch.Tensor) -> torch.Tensor:
+        """Batch row ``batch_row`` of ``t``, as if its prompt ran alone: ``[B, ...]`` -> ``[1, ...]``,
+        token-flattened ``[B*T, ...]`` -> ``[T, ...]``; anything else whole."""
+        if self.batch_row is None or self.batch_tokens is None or t.dim() == 0:
+            return t
+        (b, n), r = self.batch_tokens, self.batch_row
+        if t.shape[0] == b:
+            return t[r:r + 1]
+        if t.shape[0] == b * n:
+            return t[r * n:(r + 1) * n]
+        return t
 
     def layout(self, t: torch.Tensor) -> tuple[int | None, dict]:
         """(token_dim, meta) of one tensor: the recorded honest token dim of ``token_dim="auto"``.
@@ -62,6 +77,8 @@ class _Capture:
         if self.batch_tokens is None or t.dim() == 0:
             return None, {}
         b, n = self.batch_tokens
+        if self.batch_row is not None:  # tensors are cut to one row
+            b = 1
         s = tuple(t.shape)
         if len(s) >= 2 and s[0] == b and s[1] == n:
             return 1, {"batch_dim": 0}
@@ -77,6 +94,7 @@ class _Capture:
     def emit(self, key: str, tensor: torch.Tensor) -> None:
         name = self.name_map.apply(key) if self.name_map is not None else key
         if name:
+            tensor = self.cut(tensor)
             token_dim, meta = self.layout(tensor)
             sink.probe(name, tensor, token_dim=token_dim, **meta)
 
@@ -97,7 +115,7 @@ class _Capture:
 
 @contextlib.contextmanager
 def record(module: torch.nn.Module, path=None, include=None, inputs: bool = True, name_map=None,
-           token_dim: int | str | None = "auto", **settings):
+           token_dim: int | str | None = "auto", batch_row: int | None = None, **settings):
     """Record every matching submodule's outputs (and inputs) while the block runs.
 
     ``path`` is the dump directory; with ``path=None`` the already active recorder (from
@@ -106,12 +124,17 @@ def record(module: torch.nn.Module, path=None, include=None, inputs: bool = True
     shipped map's name. ``token_dim`` is each tensor's token dim (where a token slice,
     ``INKLING_PROBE_TOKENS``, applies and rows are compared): ``"auto"`` (default) finds it per
     tensor from the root's ``[B, T]`` input (``[B, T, ...]`` -> 1, ``[B, heads, T, ...]`` -> 2,
-    token-flattened ``[B*T, ...]`` -> 0, else none); an int forces one dim for every tensor. Hooks
-    are removed on exit, also when the block raises.
+    token-flattened ``[B*T, ...]`` -> 0, else none); an int forces one dim for every tensor.
+    ``batch_row`` keeps one row of the batch, as if that prompt ran alone (``[B, ...]`` -> ``[1, ...]``,
+    ``[B*T, ...]`` -> ``[T, ...]``, B and T from the root's input as for ``"auto"``): the side of a
+    batch-composition pair that holds the other side's prompt. Hooks are removed on exit, also
+    when the block raises.
     """
     from inkling_probe.namemap import NameMap
 
-    capture = _Capture(include, NameMap.load(name_map) if name_map is not None else None, token_dim)
+    if batch_row is not None and (isinstance(batch_row, bool) or not isinstance(batch_row, int) or batch_row < 0):
+        raise ValueError(f"record(batch_row={batch_row!r}): expected a row index >= 0")
+    capture = _Capture(include, NameMap.load(name_map) if name_map is not None else None, token_dim, batch_row)
     handles = []
     with contextlib.ExitStack() as stack:
         if path is not None:

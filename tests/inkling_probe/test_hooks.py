@@ -120,3 +120,48 @@ def test_transformers_inkling_with_a_name_map(tmp_path):
     with torch.no_grad(), inkling_probe.record(model, tmp_path / "d", inputs=False, name_map=rules):
         model(torch.randint(0, 256, (1, 12)))
     assert inkling_probe.open(tmp_path / "d").keys() == [f"layers.{i}.mlp.out" for i in range(6)] + ["logits"]
+
+
+class Tokens(torch.nn.Module):
+    """Row-independent: each batch row's values are what it would be alone."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(16, 4)
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, ids):
+        h = self.embed(ids)  # [B, T, 4]
+        flat = self.proj(h.reshape(-1, 4))  # [B*T, 4]
+        return flat.reshape(ids.shape[0], ids.shape[1], 4).transpose(1, 2)  # [B, 4, T]
+
+
+def _rows(d):
+    return {(r["key"], int(r["token_dim"])) for r in d.index}
+
+
+def test_batch_row_records_as_if_that_prompt_ran_alone(tmp_path):
+    torch.manual_seed(0)
+    net, ids = Tokens(), torch.randint(0, 16, (3, 5))
+    with torch.no_grad(), inkling_probe.record(net, tmp_path / "row", batch_row=1):
+        net(ids)
+    with torch.no_grad(), inkling_probe.record(net, tmp_path / "alone"):
+        net(ids[1:2])
+    row, alone = inkling_probe.open(tmp_path / "row"), inkling_probe.open(tmp_path / "alone")
+    assert row.keys() == alone.keys() == ["in.0", "embed.in.0", "embed", "proj.in.0", "proj", "output"]
+    for key in row.keys():
+        assert torch.equal(row.tensor(key), alone.tensor(key)), key
+    assert _rows(row) == _rows(alone) == {("in.0", 1), ("embed.in.0", 1), ("embed", 1), ("proj.in.0", 0),
+                                          ("proj", 0), ("output", 2)}
+    assert _hooks(net) == 0
+
+
+def test_batch_row_out_of_range_is_one_line(tmp_path):
+    net = Tokens()
+    with pytest.raises(ValueError, match=r"record\(batch_row=3\): the input has 3 rows"):
+        with torch.no_grad(), inkling_probe.record(net, tmp_path / "d", batch_row=3):
+            net(torch.zeros(3, 5, dtype=torch.long))
+    assert _hooks(net) == 0
+    with pytest.raises(ValueError, match="expected a row index >= 0"):
+        with inkling_probe.record(Tokens(), tmp_path / "e", batch_row=-1):
+            pass
