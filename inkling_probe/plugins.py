@@ -5,6 +5,8 @@ The toolkit never imports a model: a package registers what it offers in its own
 
 - ``inkling_probe.commands``: extra CLI commands (``name = "module:click_command"``).
 - ``inkling_probe.replay_factories``: ``build(ckpt, key, dtype) -> torch.nn.Module`` for replay.
+- ``inkling_probe.extract_factories``: ``describe(ckpt, key) -> dict | None`` describing how to
+  rebuild one module standalone for a bundle's repro (``extract``).
 - ``inkling_probe.toggles``: ``toggles() -> list[Toggle-like dict]`` naming a model's switches
   (environment variables with a good and a bad value) for ``bisect flags --model NAME``.
 
@@ -20,6 +22,7 @@ from inkling_probe.errors import ProbeError
 
 COMMANDS = "inkling_probe.commands"
 REPLAY_FACTORIES = "inkling_probe.replay_factories"
+EXTRACT_FACTORIES = "inkling_probe.extract_factories"
 TOGGLES = "inkling_probe.toggles"
 
 

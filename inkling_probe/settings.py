@@ -180,6 +180,27 @@ def _flag(var: str, text: str) -> bool:
     raise SettingsError(f"{var}={text!r}: expected 1 or 0")
 
 
+def env_flag(var: str, environ=None) -> bool:
+    """The 0/1 switch ``var`` of the environment (unset or empty: 0): the one reading of every 0/1
+    variable, the model's (``INKLING_ENFORCE_EAGER``, ``INKLING_FAULT_<NAME>``) included. 1/true/yes
+    is on, 0/false/no off; anything else is a one-line :class:`SettingsError` (a ``ValueError``)
+    naming the variable."""
+    return _flag(var, (os.environ if environ is None else environ).get(var, ""))
+
+
+DEBUG = "INKLING_PROBE_DEBUG"
+
+
+def debug(environ=None) -> bool:
+    """``INKLING_PROBE_DEBUG``: show the traceback of an unexpected error. Asked while an error is
+    being reported, where raising would hide it, so a bad value reads as 0 here; :func:`from_env`
+    (run at start) names it."""
+    try:
+        return env_flag(DEBUG, environ)
+    except SettingsError:
+        return False
+
+
 def _size(var: str, text: str, *, allow_zero: bool = False) -> float:
     try:
         value = float(text)
@@ -258,6 +279,7 @@ def from_env(environ=None) -> Settings | None:
     """Settings from ``INKLING_PROBE_*`` variables, or None when ``INKLING_PROBE`` is unset."""
     env = os.environ if environ is None else environ
     check_unknown(env)
+    env_flag(DEBUG, env)
     if not env.get("INKLING_PROBE", "").strip():
         return None
     path = _path(env["INKLING_PROBE"])

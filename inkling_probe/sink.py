@@ -98,7 +98,7 @@ def _install_excepthook() -> None:
 
     def hook(kind, value, tb):
         _UNCAUGHT.append(kind)
-        if isinstance(value, ProbeError) and os.environ.get("INKLING_PROBE_DEBUG") != "1":
+        if isinstance(value, ProbeError) and not _settings.debug():
             sys.stderr.write(f"inkling-probe: {value}\n")
             return
         previous(kind, value, tb)

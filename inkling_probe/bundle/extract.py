@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from inkling_probe.errors import ProbeError
 from inkling_probe.views.doc import culprits, findings, hypothesis, row_for
 
-GROUP = "inkling_probe.extract_factories"
 _TEMPLATE = os.path.join(os.path.dirname(__file__), "repro_template.py.txt")
 
 
@@ -119,11 +118,11 @@ def _module_plan(key, ckpt, factory, inputs) -> tuple[dict | None, str]:
         return None, f"the slice holds no recorded inputs of {key} (ref/{key}.in.*: record the reference with inputs)"
     if not ckpt:
         return None, "no --ckpt: the module's weights are not at hand"
-    from inkling_probe.plugins import load, registered
+    from inkling_probe.plugins import EXTRACT_FACTORIES, load, registered
 
-    if factory is None and not registered(GROUP):
-        return None, f"no plug-in in {GROUP} rebuilds modules"
-    plan = load(GROUP, factory, "--factory")(ckpt, key)
+    if factory is None and not registered(EXTRACT_FACTORIES):
+        return None, f"no plug-in in {EXTRACT_FACTORIES} rebuilds modules"
+    plan = load(EXTRACT_FACTORIES, factory, "--factory")(ckpt, key)
     if plan is None:
         return None, f"{key} cannot be rebuilt standalone by the registered plug-in"
     return plan, f"{key} rebuilt by {plan['build']} from {len(plan['tensors'])} checkpoint tensors"

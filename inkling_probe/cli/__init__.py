@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from inkling_probe.settings import VARIABLES
+from inkling_probe.settings import VARIABLES, debug
 
 BUILTIN = {
     "ls": "inkling_probe.cli.ls:command",
@@ -27,8 +27,6 @@ BUILTIN = {
     "health": "inkling_probe.cli.health:command",
     "parity": "inkling_probe.cli.parity:command",
 }
-ENTRY_POINT_GROUP = "inkling_probe.commands"
-
 
 def _load(spec: str) -> click.Command:
     module, _, attr = spec.partition(":")
@@ -41,8 +39,10 @@ class LazyGroup(click.Group):
     def _specs(self) -> dict[str, str]:
         from importlib.metadata import entry_points  # ~60 ms: only when a plug-in may be asked for
 
+        from inkling_probe.plugins import COMMANDS
+
         specs = {name: spec for name, spec in BUILTIN.items() if _module_exists(spec)}
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
+        for ep in entry_points(group=COMMANDS):
             specs.setdefault(ep.name, ep.value)
         return specs
 
@@ -135,7 +135,7 @@ def _exit_code(e: BaseException) -> int:
     if isinstance(e, OSError) and e.filename is not None:  # a path given that can't be used
         click.echo(f"Error: {e.filename}: {e.strerror or e}", err=True)
         return 2
-    if os.environ.get("INKLING_PROBE_DEBUG") == "1":
+    if debug():
         raise e
     first = str(e).splitlines()[0] if str(e) else ""
     click.echo(f"Error: {type(e).__name__}: {first} (INKLING_PROBE_DEBUG=1 for the traceback)", err=True)

@@ -18,9 +18,6 @@ from inkling_probe.cli.common import BadInput, console, emit_json, open_dump
 from inkling_probe.views.format import fmt
 
 
-FACTORY_GROUP = "inkling_probe.replay_factories"
-
-
 def load_factory(spec: str | None):
     """``MODULE:FUNCTION``, a factory's entry-point name, or (None) the one registered factory.
 

@@ -14,6 +14,8 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from inkling_probe.settings import env_flag
+
 ENV = "INKLING_FAULT"
 
 
@@ -116,7 +118,7 @@ def switch_var(name: str) -> str:
 def from_env(environ=None) -> frozenset[str]:
     """The faults named in ``INKLING_FAULT`` (comma-separated) or switched on by ``INKLING_FAULT_<NAME>=1``."""
     env = environ if environ is not None else os.environ
-    return _check(env.get(ENV, "").split(",") + [n for n in FAULTS if env.get(switch_var(n)) == "1"])
+    return _check(env.get(ENV, "").split(",") + [n for n in FAULTS if env_flag(switch_var(n), env)])
 
 
 def active() -> frozenset[str]:

@@ -9,10 +9,9 @@ keeps the same runtime eager (the reference side of a graph-vs-eager comparison)
 
 from __future__ import annotations
 
-import os
-
 import torch
 
+from inkling_probe.settings import env_flag
 from inkling_model.generate import Eos, Generation, _pick, take_tokens
 from inkling_model.runtime.graphs import BATCH_SIZES, GraphRunner, StaticInputs, decode_step
 from inkling_model.runtime.kv_pool import KVPool
@@ -20,16 +19,6 @@ from inkling_model.layers.context import ForwardContext
 
 CUDA_GRAPH_ENV = "INKLING_CUDA_GRAPH"
 ENFORCE_EAGER_ENV = "INKLING_ENFORCE_EAGER"
-
-
-def env_flag(name: str) -> bool:
-    """A 0/1 switch from the environment (unset: 0)."""
-    text = os.environ.get(name, "").strip().lower()
-    if text in ("", "0", "false", "no"):
-        return False
-    if text in ("1", "true", "yes"):
-        return True
-    raise ValueError(f"{name}={text!r}: expected 1 or 0")
 
 
 def check_model(model) -> None:

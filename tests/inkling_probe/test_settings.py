@@ -67,3 +67,30 @@ def test_make_validates_python_values_like_text():
     for bad in (dict(segment_mb=0), dict(steps=-1), dict(mode="fast"), dict(ranks="x")):
         with pytest.raises(SettingsError, match="(?i)INKLING_PROBE_" + next(iter(bad))):
             make("/tmp/y", **bad)
+
+
+def test_one_reading_of_every_0_1_switch():
+    from inkling_model.plugins import faults
+    from inkling_model.runtime import runtime
+    from inkling_probe.settings import debug, env_flag
+
+    assert runtime.env_flag is env_flag  # the model's switches read through the toolkit's one parser
+    for on in ("1", "true", " Yes "):
+        assert env_flag("X", {"X": on}) and debug({"INKLING_PROBE_DEBUG": on})
+        assert faults.from_env({faults.switch_var("renorm_rows"): on}) == {"renorm_rows"}
+    for off in ("", "0", "false", "NO"):
+        assert not env_flag("X", {"X": off}) and not debug({"INKLING_PROBE_DEBUG": off})
+        assert faults.from_env({faults.switch_var("renorm_rows"): off}) == frozenset()
+    assert not env_flag("X", {})
+    with pytest.raises(SettingsError, match=r"^INKLING_FAULT_RENORM_ROWS='2': expected 1 or 0$"):
+        faults.from_env({faults.switch_var("renorm_rows"): "2"})
+    with pytest.raises(ValueError, match=r"^INKLING_ENFORCE_EAGER='maybe': expected 1 or 0$"):
+        env_flag("INKLING_ENFORCE_EAGER", {"INKLING_ENFORCE_EAGER": "maybe"})
+
+
+def test_a_bad_debug_switch_is_named_at_start_and_never_raises_while_reporting():
+    with pytest.raises(SettingsError, match=r"^INKLING_PROBE_DEBUG='on': expected 1 or 0$"):
+        from_env({"INKLING_PROBE_DEBUG": "on"})
+    from inkling_probe.settings import debug
+
+    assert debug({"INKLING_PROBE_DEBUG": "on"}) is False
