@@ -3,18 +3,18 @@ from __future__ import annotations
 
 import click
 
-from inkling_probe.cli.common import console
+from inkling_probe.cli.common import Real, Whole, console
 from inkling_probe.cli.eval_output import conclude
 
 
 @click.command("health")
 @click.argument("gen_log", type=click.Path())
-@click.option("--eos", "eos", type=int, multiple=True, metavar="ID",
+@click.option("--eos", "eos", type=Whole(min=0), multiple=True, metavar="ID",
               help="End-of-sequence id (repeatable), added to the ids the gen-log names.")
-@click.option("--max-run", type=click.IntRange(min=2), default=8, show_default=True,
+@click.option("--max-run", type=Whole(min=2), default=8, show_default=True,
               help="Collapse: this many equal tokens in a row.")
-@click.option("--ngram", type=click.IntRange(min=1), default=4, show_default=True, help="n of the repetition rate.")
-@click.option("--max-repeat", type=click.FloatRange(0, 1), default=0.5, show_default=True,
+@click.option("--ngram", type=Whole(min=1), default=4, show_default=True, help="n of the repetition rate.")
+@click.option("--max-repeat", type=Real(0, 1), default=0.5, show_default=True,
               help="Collapse: this share of n-grams repeating an earlier one.")
 @click.option("--fail-capped", is_flag=True,
               help="A capped response (the token cap reached, an end id known and never emitted) is unhealthy.")

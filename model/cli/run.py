@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from inkling_probe.cli.common import BadInput
+from inkling_probe.cli.common import BadInput, Real, Whole
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
@@ -85,6 +85,35 @@ def _check_runtime(config, impl: str, tp: int, cuda_graph: bool, enforce_eager: 
         raise BadInput(f"{flag} runs inkling_model's decode runtime at --tp 1 (--impl native)")
     if config.quant_method is not None:
         raise BadInput(f"{flag}: the decode runtime needs bf16/fp32 routed experts, not {config.quant_method}")
+
+
+def _check_environment(config) -> None:
+    """The INKLING_* variables that change the computation, checked against the model at start (one
+    line each): ``INKLING_BF16_LAYERS`` names layers the model has; ``INKLING_FAULT_<NAME>`` names a
+    fault and holds 0 or 1 (``INKLING_FAULT`` and ``INKLING_ALLREDUCE`` are checked as --fault and
+    --allreduce)."""
+    from inkling_model import faults, precision
+
+    text = os.environ.get(precision.ENV, "")
+    try:
+        layers = precision.parse_layers(text)
+    except ValueError as e:
+        raise BadInput(str(e).splitlines()[0]) from None
+    n = config.num_hidden_layers
+    if layers and max(layers) >= n:
+        raise BadInput(f"{precision.ENV}={text!r}: layer {max(layers)} is not in the model (layers 0-{n - 1})")
+    switches = {faults.switch_var(name) for name in faults.FAULTS}
+    for var in sorted(v for v in os.environ if v.startswith(faults.ENV + "_")):
+        if var not in switches:
+            raise BadInput(f"{var}: no such fault switch (known: {', '.join(sorted(switches))})")
+        if os.environ[var].strip() not in ("", "0", "1"):
+            raise BadInput(f"{var}={os.environ[var]!r}: expected 1 or 0")
+
+
+def _check_eos(ids: list[int], vocab: int, what: str) -> None:
+    bad = [i for i in ids if not 0 <= i < vocab]
+    if bad:
+        raise BadInput(f"{what}: end id {bad[0]} is outside the vocabulary [0, {vocab})")
 
 
 def _check_allreduce(spec: str) -> None:
@@ -210,20 +239,20 @@ def _run(impl, ckpt, tp, dp, dtype, prompts, max_new, eos, dump, gen) -> list[di
 @click.option("--ckpt", required=True, type=click.Path(), help="Checkpoint dir (native layout, config.json).")
 @click.option("--impl", type=click.Choice(["native", "hf"]), default="native", show_default=True,
               help="inkling_model, or transformers' Inkling as the reference (NVFP4 experts dequantized).")
-@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel ranks (spawned, gloo).")
+@click.option("--tp", type=Whole(min=1), default=1, show_default=True, help="Tensor-parallel ranks (spawned, gloo).")
 @click.option("--expert-parallel", is_flag=True, help="Split whole routed experts over the ranks.")
 @click.option("--dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True)
 @click.option("--tokens", metavar="IDS", multiple=True,
               help="Prompt token ids, comma-separated (e.g. 1,2,3); repeat for several requests.")
 @click.option("--prompt", metavar="TEXT", help="Prompt text (needs a tokenizer in --ckpt).")
-@click.option("--dp", type=int, default=1, show_default=True,
+@click.option("--dp", type=Whole(min=1), default=1, show_default=True,
               help="Attention-DP groups (world = dp x tp ranks): group g serves requests g, g+dp, ...")
-@click.option("--max-new-tokens", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--max-new-tokens", type=Whole(min=0), default=0, show_default=True,
               help="Tokens to generate after the prefill (0: prefill only).")
-@click.option("--temperature", type=click.FloatRange(min=0), default=0.0, show_default=True,
+@click.option("--temperature", type=Real(min=0), default=0.0, show_default=True,
               help="0: greedy; else sampled (seeded, see --seed).")
-@click.option("--top-k", type=click.IntRange(min=1), default=None, help="Sample among the top k logits.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")
+@click.option("--top-k", type=Whole(min=1), default=None, help="Sample among the top k logits.")
+@click.option("--seed", type=Whole(min=0), default=0, show_default=True, help="Sampling seed.")
 @click.option("--eos", metavar="IDS", help="End id (then stop ids), overriding tokenizer/generation_config/config.")
 @click.option("--fault", multiple=True, metavar="NAME",
               help="Plant a known bug (repeatable; env INKLING_FAULT). Names: raw_input_amax, gate_up_layout, "
@@ -251,6 +280,9 @@ def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, dp, max_new_
     bad = [t for ids in prompts for t in ids if not 0 <= t < config.vocab_size]
     if bad:
         raise BadInput(f"--tokens: id {bad[0]} is outside the vocabulary [0, {config.vocab_size})")
+    if eos:
+        _check_eos(_parse_ids(eos, "--eos"), config.vocab_size, f"--eos {eos}")
+    _check_environment(config)
     _check_parallel(config, tp, dp, impl, len(prompts))
     fault_text = _faults(fault, impl)
     _check_runtime(config, impl, tp, cuda_graph, enforce_eager)
@@ -263,6 +295,7 @@ def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, dp, max_new_
     os.environ.update(env)  # spawned ranks inherit them
     try:
         eos_spec = _resolve_eos(eos, tokenizer, ckpt_dir)
+        _check_eos(sorted(eos_spec.ids), config.vocab_size, f"end of sequence from {eos_spec.source}")
         gen = dict(temperature=temperature, top_k=top_k, seed=seed)
         if impl == "native":
             gen.update(expert_parallel=expert_parallel, dp=dp, cuda_graph=cuda_graph, enforce_eager=enforce_eager)

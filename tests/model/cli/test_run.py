@@ -88,6 +88,13 @@ def test_tp2_spawned(ckpt, tmp_path):
     (["--tokens", "1", "--fault", "nope"], "unknown fault 'nope'"),
     (["--tokens", "1", "--impl", "hf", "--fault", "renorm_rows"], "needs --impl native"),
     (["--tokens", "1", "--impl", "hf", "--tp", "2"], "use --tp 1"),
+    (["--tokens", "1", "--eos", "999999"], "--eos 999999: end id 999999 is outside the vocabulary [0, 512)"),
+    (["--tokens", "1", "--eos", "-1"], "end id -1 is outside the vocabulary"),
+    (["--tokens", "1", "--temperature", "nan"], "--temperature nan: must be a finite number"),
+    (["--tokens", "1", "--temperature", "-1"], "--temperature -1: must be >= 0"),
+    (["--tokens", "1", "--max-new-tokens", "-2"], "--max-new-tokens -2: must be >= 0"),
+    (["--tokens", "1", "--top-k", "0"], "--top-k 0: must be >= 1"),
+    (["--tokens", "1", "--seed", "1.5"], "--seed 1.5: expected an integer"),
 ])
 def test_bad_input_is_one_line(ckpt, tmp_path, args, message):
     if "--ckpt" not in args:
@@ -118,3 +125,20 @@ def test_bf16_native_vs_hf(ckpt, tmp_path):
     err = _rel(ref, nat, "logits", 0)
     print(f"\nbf16 native vs transformers bf16 on a random checkpoint: logits rel_rms {err:.2e}")
     assert err <= 1e-3  # measured 0 (bit-identical) on this CPU
+
+
+@pytest.mark.parametrize("env,message", [
+    ({"INKLING_BF16_LAYERS": "9"}, "INKLING_BF16_LAYERS='9': layer 9 is not in the model (layers 0-5)"),
+    ({"INKLING_BF16_LAYERS": "2-x"}, "INKLING_BF16_LAYERS"),
+    ({"INKLING_FAULT_RAW_INPUT_AMX": "1"}, "INKLING_FAULT_RAW_INPUT_AMX: no such fault switch"),
+    ({"INKLING_FAULT_RAW_INPUT_AMAX": "yes"}, "INKLING_FAULT_RAW_INPUT_AMAX='yes': expected 1 or 0"),
+])
+def test_bad_environment_is_one_line_before_any_work(ckpt, tmp_path, monkeypatch, env, message):
+    """Checked at start against the model (issue 22: INKLING_BF16_LAYERS=9 on a 6-layer model was
+    accepted): nothing runs, no dump is written."""
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    res = CliRunner().invoke(command, ["--ckpt", ckpt, "--tokens", "1", "--dump", str(tmp_path / "d")])
+    assert res.exit_code == 2, res.output
+    assert message in res.output and len(res.output.strip().splitlines()) == 1, res.output
+    assert not (tmp_path / "d").exists()
