@@ -67,7 +67,7 @@ def _faults(names: tuple[str, ...], impl: str) -> str:
     try:
         faults.from_env({faults.ENV: text})
     except ValueError as e:
-        raise BadInput(f"--fault: {e}") from None
+        raise BadInput(f"--fault / INKLING_FAULT: {e}") from None
     if text and impl != "native":
         raise BadInput("--fault plants bugs in inkling_model's loader and layers; it needs --impl native")
     return text
@@ -254,8 +254,8 @@ def _run(impl, ckpt, tp, dp, dtype, prompts, max_new, eos, dump, gen) -> list[di
 @click.option("--top-k", type=Whole(min=1), default=None, help="Sample among the top k logits.")
 @click.option("--seed", type=Whole(min=0), default=0, show_default=True, help="Sampling seed.")
 @click.option("--eos", metavar="IDS", help="End id (then stop ids), overriding tokenizer/generation_config/config.")
-@click.option("--fault", multiple=True, metavar="NAME",
-              help="Plant a known bug (repeatable; env INKLING_FAULT). Names: raw_input_amax, gate_up_layout, "
+@click.option("--fault", multiple=True, metavar="NAME", envvar="INKLING_FAULT", show_envvar=True,
+              help="Plant a known bug (repeatable; the variable: comma-separated). Names: raw_input_amax, gate_up_layout, "
                    "renorm_rows, capture_unsafe_allreduce, adp_global_tp_size, adp_dense_allreduce, no_config_eos.")
 @click.option("--cuda-graph", is_flag=True, envvar="INKLING_CUDA_GRAPH", show_envvar=True,
               help="Decode through the runtime (static KV pool) with CUDA graphs, on the GPU; probes record "

@@ -66,6 +66,13 @@ def test_fault_changes_the_run(ckpt, tmp_path):
     assert _rel(ok, bad, "layers.2.mlp.experts", 0) > 0.1
 
 
+
+def test_fault_from_the_environment_is_honoured(ckpt, tmp_path, monkeypatch):
+    """INKLING_FAULT set in the shell plants the fault (a repro script sets it; run used to erase it)."""
+    monkeypatch.setenv("INKLING_FAULT", "gate_up_layout")
+    res = _run("--ckpt", ckpt, "--tokens", "5,6", "--dump", str(tmp_path / "d"))
+    assert res.exit_code == 0 and "faults gate_up_layout" in res.output, res.output
+
 @pytest.mark.slow
 def test_tp2_spawned(ckpt, tmp_path):
     ref, tp2 = str(tmp_path / "tp1"), str(tmp_path / "tp2")
@@ -132,6 +139,7 @@ def test_bf16_native_vs_hf(ckpt, tmp_path):
     ({"INKLING_BF16_LAYERS": "2-x"}, "INKLING_BF16_LAYERS"),
     ({"INKLING_FAULT_RAW_INPUT_AMX": "1"}, "INKLING_FAULT_RAW_INPUT_AMX: no such fault switch"),
     ({"INKLING_FAULT_RAW_INPUT_AMAX": "yes"}, "INKLING_FAULT_RAW_INPUT_AMAX='yes': expected 1 or 0"),
+    ({"INKLING_FAULT": "raw_input_amx"}, "--fault / INKLING_FAULT: unknown fault 'raw_input_amx'"),
 ])
 def test_bad_environment_is_one_line_before_any_work(ckpt, tmp_path, monkeypatch, env, message):
     """Checked at start against the model (issue 22: INKLING_BF16_LAYERS=9 on a 6-layer model was
