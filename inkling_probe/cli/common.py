@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 
 import click
@@ -26,10 +27,23 @@ def open_dump(path: str):
 
 
 def console():
-    """A rich console on stdout; rich itself honours NO_COLOR and plain (non-tty) output."""
+    """A rich console on stdout, as wide as ``COLUMNS`` says (else the terminal; 160 when not a
+    terminal): the tables, verdicts and explain lines all fit one width. rich itself honours
+    NO_COLOR and plain (non-tty) output."""
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 160)
+    return Console(highlight=False, soft_wrap=False, width=output_width())
+
+
+def output_width() -> int:
+    """``COLUMNS`` when it is a positive number, else the terminal's width, else 160."""
+    text = os.environ.get("COLUMNS", "").strip()
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else 160
+    except (OSError, ValueError):
+        return 160
 
 
 def emit_json(obj) -> None:
