@@ -153,3 +153,4 @@ def _option(param) -> str:
         return "value"
     opts = getattr(param, "opts", None) or [param.name]
     return max(opts, key=len) if opts[0].startswith("-") else param.human_readable_name
+

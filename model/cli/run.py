@@ -110,6 +110,17 @@ def _check_environment(config) -> None:
             raise BadInput(f"{var}={os.environ[var]!r}: expected 1 or 0")
 
 
+def _env_switch(which: str) -> bool:
+    """The runtime's 0/1 switch (``INKLING_CUDA_GRAPH``, ``INKLING_ENFORCE_EAGER``) when its flag is not
+    given; a bad value is one line (click's flag envvar would print a usage block)."""
+    from inkling_model import runtime
+
+    try:
+        return runtime.env_flag(getattr(runtime, which))
+    except ValueError as e:
+        raise BadInput(str(e)) from None
+
+
 def _check_eos(ids: list[int], vocab: int, what: str) -> None:
     bad = [i for i in ids if not 0 <= i < vocab]
     if bad:
@@ -257,11 +268,12 @@ def _run(impl, ckpt, tp, dp, dtype, prompts, max_new, eos, dump, gen) -> list[di
 @click.option("--fault", multiple=True, metavar="NAME", envvar="INKLING_FAULT", show_envvar=True,
               help="Plant a known bug (repeatable; the variable: comma-separated). Names: raw_input_amax, gate_up_layout, "
                    "renorm_rows, capture_unsafe_allreduce, adp_global_tp_size, adp_dense_allreduce, no_config_eos.")
-@click.option("--cuda-graph", is_flag=True, envvar="INKLING_CUDA_GRAPH", show_envvar=True,
+@click.option("--cuda-graph", is_flag=True,
               help="Decode through the runtime (static KV pool) with CUDA graphs, on the GPU; probes record "
-                   "inside the graphs.")
-@click.option("--enforce-eager", is_flag=True, envvar="INKLING_ENFORCE_EAGER", show_envvar=True,
-              help="Decode through the same runtime eagerly (with --cuda-graph: on the GPU, no capture).")
+                   "inside the graphs.  [env var: INKLING_CUDA_GRAPH=1|0]")
+@click.option("--enforce-eager", is_flag=True,
+              help="Decode through the same runtime eagerly (with --cuda-graph: on the GPU, no capture).  "
+                   "[env var: INKLING_ENFORCE_EAGER=1|0]")
 @click.option("--allreduce", "allreduce_spec", metavar="SPEC", envvar="INKLING_ALLREDUCE", show_envvar=True,
               help="All-reduce strategy: nccl|oneshot|auto, then optional GLOB=STRATEGY rules per module "
                    "(e.g. 'nccl,layers.*.attn.o_proj=oneshot').")
@@ -283,6 +295,8 @@ def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, dp, max_new_
     if eos:
         _check_eos(_parse_ids(eos, "--eos"), config.vocab_size, f"--eos {eos}")
     _check_environment(config)
+    cuda_graph, enforce_eager = cuda_graph or _env_switch("CUDA_GRAPH_ENV"), enforce_eager or _env_switch(
+        "ENFORCE_EAGER_ENV")
     _check_parallel(config, tp, dp, impl, len(prompts))
     fault_text = _faults(fault, impl)
     _check_runtime(config, impl, tp, cuda_graph, enforce_eager)

@@ -140,6 +140,8 @@ def test_bf16_native_vs_hf(ckpt, tmp_path):
     ({"INKLING_FAULT_RAW_INPUT_AMX": "1"}, "INKLING_FAULT_RAW_INPUT_AMX: no such fault switch"),
     ({"INKLING_FAULT_RAW_INPUT_AMAX": "yes"}, "INKLING_FAULT_RAW_INPUT_AMAX='yes': expected 1 or 0"),
     ({"INKLING_FAULT": "raw_input_amx"}, "--fault / INKLING_FAULT: unknown fault 'raw_input_amx'"),
+    ({"INKLING_ENFORCE_EAGER": "9"}, "INKLING_ENFORCE_EAGER='9': expected 1 or 0"),
+    ({"INKLING_CUDA_GRAPH": "maybe"}, "INKLING_CUDA_GRAPH='maybe': expected 1 or 0"),
 ])
 def test_bad_environment_is_one_line_before_any_work(ckpt, tmp_path, monkeypatch, env, message):
     """Checked at start against the model (issue 22: INKLING_BF16_LAYERS=9 on a 6-layer model was
