@@ -1,6 +1,8 @@
 """``inkling-probe graphdiff``: the first probe point where graph replays differ from eager.
 
-Exit status: 0 replay equals eager (within --threshold), 1 a divergence was found, 2 bad input.
+Exit status: 0 replay equals eager (within --threshold), 1 a divergence was found, 2 bad input,
+including a pair whose graph side replayed no graph or whose eager side replayed one (the steps'
+``forward`` meta; inkling_probe/graphs/forward.py).
 """
 from __future__ import annotations
 
@@ -26,7 +28,9 @@ def command(dumps, command, out, eager_env, threshold, steps, as_json):
     """Compare graph-replay dump GRAPH against eager dump EAGER of the same decode steps.
 
     Usage: `graphdiff EAGER GRAPH`, or `graphdiff --run CMD --out DIR` to record both first. Names the
-    first probe point (in execution order) and step where the replay differs from eager.
+    first probe point (in execution order) and step where the replay differs from eager. Checks first
+    that GRAPH replayed a CUDA graph and EAGER did not (each step's recorded `forward`: eager,
+    static-eager, graph): otherwise one line, exit 2.
     """
     from pathlib import Path
 
