@@ -211,7 +211,7 @@ def hf_run(ckpt: str, dtype: str, ids: list[int], max_new: int, eos, dump: str, 
     tokens, reason, cache, step_ids = [], "length", None, torch.tensor([ids])
     with inkling_probe.record(model, dump, name_map="hf_inkling"), torch.no_grad():
         for _ in range(max(max_new, 1)):
-            inkling_probe.step()
+            inkling_probe.step(forward="eager")  # how the step ran, as inkling_model's steps say it
             out = model(input_ids=step_ids, cache=cache, use_cache=True)
             if max_new == 0:
                 return {"tokens": [], "finish_reason": "prefill only"}

@@ -47,6 +47,9 @@ def test_native_and_hf_agree(ckpt, tmp_path):
     assert _generated(r1.output) == _generated(r2.output)
     assert "from generation_config.json" in r1.output
     from inkling_model.model import probe_points
+    from inkling_probe.graphs.forward import how_steps_ran
+
+    assert how_steps_ran(_open(ref)) == how_steps_ran(_open(nat)) == {s: {"eager"} for s in range(3)}
 
     for step in range(3):  # prefill, then two decode steps: every canonical key
         for key in probe_points(InklingConfig.from_pretrained(ckpt)):
