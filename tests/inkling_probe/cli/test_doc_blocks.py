@@ -91,3 +91,37 @@ def test_doc_block_matches_the_code(name, tmp_path, monkeypatch):
         doc.write_text(text[: m.start(2)] + want + text[m.end(2):])
         return
     assert m.group(2) == want, f"{doc.name} block {name!r} is stale; INKLING_UPDATE_DOCS=1 rewrites it:\n{want}"
+
+
+# -- synopses: every option a doc's usage line names is an option of that command ---------------------
+README = DOCS.parent / "README.md"
+OPTION = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*|-[a-zA-Z])(?![\w-])")
+
+
+def _synopses() -> list[tuple[str, str, str]]:
+    """(where, command, text) of the README's CLI block lines and the usage lines in EVALS.md/GRAPHS.md."""
+    out = []
+    block = README.read_text().split("## CLI\n\n```\n", 1)[1].split("```", 1)[0]
+    for entry in re.split(r"\n(?=inkling-probe )", block.strip()):
+        out.append(("README.md CLI", *entry.split(None, 2)[1:3]))
+    for doc in ("EVALS.md", "GRAPHS.md"):
+        for m in re.finditer(r"^(?:## `|)inkling-probe (health|paired|parity|graphdiff) ([^`\n]*)", (DOCS / doc).read_text(),
+                             re.M):
+            out.append((doc, m.group(1), m.group(2)))
+    return out
+
+
+def test_usage_lines_name_only_real_options():
+    import click
+
+    ctx = click.Context(group)
+    seen = set()
+    for where, name, text in _synopses():
+        text = text.split("(")[0] if name in ("bisect", "report", "extract") else text  # prose after the synopsis
+        cmd = group.get_command(ctx, name)
+        assert cmd is not None, f"{where}: no command {name!r}"
+        seen.add(name)
+        opts = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
+        wrong = [o for o in OPTION.findall(re.sub(r'"[^"]*"', "", text)) if o not in opts]  # quoted: CMD
+        assert not wrong, f"{where}: `inkling-probe {name}` has no option {wrong} ({sorted(opts)})"
+    assert seen >= set(group.list_commands(ctx)) - {"bisect"}, sorted(set(group.list_commands(ctx)) - seen)
