@@ -103,3 +103,22 @@ def test_run_records_both_sides(pair, tmp_path):
     assert (tmp_path / "o" / "eager").is_dir() and (tmp_path / "o" / "graph").is_dir()
     r = run("--run", "sh -c 'exit 3' {dump}", "--out", str(tmp_path / "p"))
     assert r.exit_code == 2 and "eager run failed (exit 3)" in r.output
+
+
+@pytest.mark.slow
+def test_the_issue_command_without_cuda_graph_is_refused(tmp_path):
+    """Issue 22's command: `graphdiff --run "inkling-probe run ... --dump {dump}"` without --cuda-graph
+    printed "graph replay equals eager ... 426 of 426 tensors bit-identical", exit 0. Both sides decode
+    eagerly (the static path, the plain forward): exit 2, one line saying so."""
+    import os
+    import sys
+
+    from inkling_model.checkpoint import write_random_checkpoint
+    from inkling_model.config import InklingConfig
+
+    ckpt = write_random_checkpoint(InklingConfig.preset("tiny"), tmp_path / "ck", seed=0)
+    exe = os.path.join(os.path.dirname(sys.executable), "inkling-probe")
+    r = run("--run", f"{exe} run --ckpt {ckpt} --tokens 5,77,300,12,9,4 --max-new-tokens 4 --dtype bf16 "
+            "--allreduce oneshot --dump {dump}", "--out", str(tmp_path / "gd"))
+    assert r.exit_code == 2, r.output
+    assert r.output.count("\n") == 1 and "no step replayed a CUDA graph (steps 0-3 eager)" in r.output, r.output
