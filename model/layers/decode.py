@@ -8,7 +8,7 @@ while :func:`static_shapes` is on (routed experts, which take no context).
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -43,6 +43,7 @@ class DecodeContext:
     pool: KVPool
     slots: torch.Tensor  # [B] int64
     positions: torch.Tensor  # [B] int64
+    step_meta: dict = field(default_factory=dict)  # how the step runs, stored with its probes (graphs.py)
 
     @property
     def seq_lens(self) -> list[int]:

@@ -4,7 +4,9 @@ Prefill runs today's forward on the prompts (one flattened batch, growing caches
 request's cache into its pool slot; decode steps read and write the pool through static metadata
 buffers, eagerly or by replaying CUDA graphs (model/runtime/graphs.py). Switches (read when a runtime is
 built, unless given): ``INKLING_CUDA_GRAPH=1`` captures the decode step, ``INKLING_ENFORCE_EAGER=1``
-keeps the same runtime eager (the reference side of a graph-vs-eager comparison).
+keeps the same runtime eager (the reference side of a graph-vs-eager comparison). Every probe records
+how its step ran (meta ``forward``: ``eager`` prefill, ``static-eager`` decode, ``graph`` replay with
+``graph_bs``), which graphdiff checks.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import torch
 
 from inkling_probe.settings import env_flag
 from inkling_model.generate import Eos, Generation, _pick, take_tokens
-from inkling_model.runtime.graphs import BATCH_SIZES, GraphRunner, StaticInputs, decode_step
+from inkling_model.runtime.graphs import BATCH_SIZES, STATIC_EAGER, GraphRunner, StaticInputs, decode_step
 from inkling_model.runtime.kv_pool import KVPool
 from inkling_model.layers.context import ForwardContext
 
@@ -91,7 +93,7 @@ class Runtime:
         else:
             n = len(tokens)
             self.inputs.fill(tokens, slots, positions, n)
-            logits = decode_step(self.model, self.inputs, self.pool, n)
+            logits = decode_step(self.model, self.inputs, self.pool, n, STATIC_EAGER)
         for s in slots:
             self.lengths[s] += 1
         return logits

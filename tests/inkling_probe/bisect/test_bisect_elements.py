@@ -47,3 +47,16 @@ def test_two_dumps_token_rows_and_bf16(tmp_path):
     assert region_lines(res["diverged_keys"][0]["regions"]) == ["rows 16-31: 1 of 1024",
                                                                 "  blocks 0 (elements 0-15): 1 of 256"]
     assert bisect_elements(a, a)["diverged"] == 0
+
+
+def test_per_expert_vector_is_split_by_expert(nvfp4_ckpt, corrupted_copy, tmp_path):
+    """A per-expert [E] tensor names the expert, not "blocks 0 (elements 0-15)" (issue 22)."""
+    amax = "model.llm.layers.4.mlp.experts.w13_input_amax"
+
+    def bump(v):
+        v[5] ^= 0x1  # expert 5's fp32 amax, lowest mantissa bit
+
+    bad = corrupted_copy(nvfp4_ckpt, tmp_path / "bad", amax, bump, itemsize=4)
+    (row,) = bisect_elements(str(nvfp4_ckpt), str(bad), keys="*experts.w13_input_amax")["diverged_keys"]
+    assert row["key"] == amax and row["shape"] == [8]
+    assert region_lines(row["regions"]) == ["expert 5: 1 of 1"]
