@@ -10,10 +10,33 @@ from inkling_probe.cli.common import BadInput, emit_json
 EXIT_BUDGET = 4
 
 
+class OracleExit(click.ClickException):
+    """The oracle could not judge a run: one line with its reason, exit 3 (never a verdict)."""
+
+    exit_code = 3
+
+
 class BudgetExit(click.ClickException):
     """The --max-runs budget is spent: one line, exit 4, the state kept for a resume."""
 
     exit_code = EXIT_BUDGET
+
+
+def finite(minimum: float = 0.0, open_min: bool = False):
+    """A click callback: a finite number >= ``minimum`` (> with ``open_min``), else one line, exit 2.
+    click's own ranges let NaN through (every comparison with NaN is false)."""
+    import math
+
+    def check(ctx, param, value):
+        if value is None:
+            return None
+        ok = math.isfinite(value) and (value > minimum if open_min else value >= minimum)
+        if not ok:
+            raise BadInput(f"--{param.name.replace('_', '-')} {value}: must be a finite number "
+                           f"{'>' if open_min else '>='} {minimum:g}")
+        return value
+
+    return check
 
 
 def run_options(f):
@@ -23,7 +46,7 @@ def run_options(f):
                      help="Where the state file and every run's artifacts go (default: ./bisect-KIND). "
                           "Run again with the same arguments to resume."),
         click.option("--shell", is_flag=True, help="Run commands through /bin/sh (default: no shell, shlex-split)."),
-        click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+        click.option("--timeout", type=float, default=None, callback=finite(0, open_min=True),
                      help="Seconds before a run is killed (counted as a crash)."),
         click.option("--on-crash", type=click.Choice(["fail", "pass", "stop"]), default="fail", show_default=True,
                      help="What a crashed run (signal, timeout, no start; compare oracles: any non-zero exit) counts as."),
@@ -55,6 +78,8 @@ def printer(as_json: bool):
         elif event == "verdict":
             word = "[green]pass[/]" if info["passed"] else "[red]FAIL[/]"
             extra = f"  first divergence {info['first_divergence']}" if info.get("first_divergence") else ""
+            if not extra and info.get("unchecked"):
+                extra = f"  could not check {info.get('n_unchecked', len(info['unchecked']))} row(s)"
             con.print(f"  -> {info['label']}: {word}{extra}")
 
     return progress, status
@@ -83,6 +108,7 @@ def session(kind: str, workdir, args: dict, max_runs, timeout, as_json):
 
 def guarded(search):
     """Run ``search()``; the toolkit's expected errors become one-line exits (2, or 4 for the budget)."""
+    from inkling_probe.bisect.oracle import OracleError
     from inkling_probe.bisect.runner import BudgetSpent
     from inkling_probe.errors import ProbeError
 
@@ -90,6 +116,8 @@ def guarded(search):
         return search()
     except BudgetSpent as e:
         raise BudgetExit(str(e)) from None
+    except OracleError as e:
+        raise OracleExit(str(e)) from None
     except ProbeError as e:
         raise BadInput(str(e)) from None
 
