@@ -55,7 +55,7 @@ def check_map(name_map) -> None:
     try:
         NameMap.load(name_map)
     except (ProbeError, OSError, ValueError) as e:
-        raise BadInput(f"--map {name_map}: {e}") from None
+        raise BadInput(f"--map: {e}") from None
 
 
 def compare_options(threshold, name_map, include) -> dict:

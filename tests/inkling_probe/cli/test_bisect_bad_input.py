@@ -17,7 +17,7 @@ CASES = [
     (["precision", "--cmd", "true", "--layers", "3", "--threshold", "inf"], "--threshold inf: must be a finite"),
     (["flags", "--cmd", "true", "--flag", "A=0:1", "--timeout", "nan"], "--timeout nan: must be a finite number > 0"),
     (["precision", "--cmd", "true", "--layers", "0-99999999999"], "no model has that many"),
-    (["layers", "--ref", "true", "--cand", "true", "--map", "/no/such/map.toml"], "--map /no/such/map.toml: "),
+    (["layers", "--ref", "true", "--cand", "true", "--map", "/no/such/map.toml"], "--map: /no/such/map.toml"),
     (["elements", "/no/such/a", "/no/such/b"], "/no/such/a: no such file or directory"),
     (["flags", "--cmd", "true", "--flag", "A=1:1"], "GOOD and BAD are the same"),
     (["flags", "--flag", "A=0:1"], "--cmd is required"),
