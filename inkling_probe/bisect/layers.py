@@ -91,6 +91,8 @@ class LayerSearch:
         env = {"INKLING_PROBE_MODE": "full", "INKLING_PROBE_INCLUDE": ",".join(self._globs(unit))}
         recs = self._side_runs(unit["name"], env)
         key = f"unit:{unit['name']}"
+        for r in recs.values():
+            r.setdefault("trial", key)  # the verdict each run's row shows (--json)
         v = self.runner.state.verdicts.get(key)
         if v is None:
             v = verdict(self._worst(recs), self._judge(recs), self.on_crash)

@@ -69,6 +69,7 @@ class Runner:
         self.state, self.max_runs, self.timeout = state, max_runs, timeout
         self.progress = progress or (lambda event, info: None)
         self.seen: set[str] = set()  # keys reported in this session
+        self.reap_stale()  # runs a killed bisect left behind (the state's lock: no live bisect owns them)
 
     def first_report(self, key: str) -> bool:
         """True the first time ``key`` is asked about in this session (repeats are not reported)."""

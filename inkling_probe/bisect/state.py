@@ -64,10 +64,11 @@ class State:
         self.live: list[dict] = []
         self.answer: dict | None = None
         _check_workdir(self.workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._lock = _lock(self.workdir)
         if os.path.lexists(self.path):
             self._load()
         else:
-            self.workdir.mkdir(parents=True, exist_ok=True)
             self.save()
 
     @property
@@ -85,6 +86,12 @@ class State:
     def set_verdict(self, key: str, verdict: dict) -> None:
         self.verdicts[key] = verdict
         self.save()
+
+    def close(self) -> None:
+        """Release the work directory's lock (also released when the process ends)."""
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     def set_live(self, live: list[dict]) -> None:
         self.live = live
@@ -161,6 +168,24 @@ class State:
         if v.get("digest") != digest({"key": key, **v}, self.salt):
             raise StateMismatch(f"{self.path}: verdict {key!r} does not match its digest (edited?); refused")
         return {k: x for k, x in v.items() if k != "digest"}
+
+
+def _lock(workdir: Path):
+    """An exclusive lock on the work directory for this process's life (a POSIX record lock: the kernel
+    drops it when the process dies, however; the same process may take it again): a second bisect in
+    the same directory is refused, and the groups the state names as live belong to no running bisect."""
+    import fcntl
+
+    try:
+        fd = os.open(workdir / ".lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError as e:
+        raise StateMismatch(f"{workdir}/.lock: cannot open ({e.strerror}); refused") from None
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise StateMismatch(f"{workdir}: another bisect is running in this work directory") from None
+    return fd
 
 
 def _check_workdir(workdir: Path) -> None:

@@ -102,8 +102,28 @@ def session(kind: str, workdir, args: dict, max_runs, timeout, as_json):
         state = State(workdir or f"bisect-{kind}", kind, args)
     except StateMismatch as e:
         raise BadInput(str(e)) from None
+    _terminate_as_exit()
     progress, status = printer(as_json)
-    return state, Runner(state, max_runs=max_runs, timeout=timeout, progress=progress), status
+    try:
+        runner = Runner(state, max_runs=max_runs, timeout=timeout, progress=progress)
+    except StateMismatch as e:
+        raise BadInput(str(e)) from None
+    return state, runner, status
+
+
+def _terminate_as_exit() -> None:
+    """SIGTERM and SIGHUP end the bisect as an exception does: the run in progress is killed with its
+    whole process group on the way out (Ctrl-C already does; the run's group is not the terminal's)."""
+    import signal
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            signal.signal(sig, stop)
+        except ValueError:  # not the main thread (an embedding caller): leave its handlers alone
+            pass
 
 
 def guarded(search):
@@ -132,11 +152,13 @@ def finish(state, answer: dict, as_json: bool, render) -> None:
     if as_json:
         emit_json({"kind": state.kind, "workdir": str(state.workdir), "answer": answer, "runs": runs,
                    "runs_done": len(runs), "runs_resumed": state.resumed_runs})
+        state.close()
         return
     render(answer)
     fresh = len(runs) - state.resumed_runs
     click.echo(f"{len(runs)} runs ({fresh} now, {state.resumed_runs} from the state file); "
                f"artifacts in {state.workdir}/good and {state.workdir}/bad")
+    state.close()
 
 
 def commands(shell: bool, **texts) -> dict:

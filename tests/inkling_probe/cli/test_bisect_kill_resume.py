@@ -86,3 +86,35 @@ def test_kill_then_resume_five_times(tmp_path):
     fake.write_text(FAKE)
     for i in range(5):
         _one_round(tmp_path, fake, i)
+
+
+def _wait_started(marks: Path, p) -> int:
+    end = time.monotonic() + 120
+    while time.monotonic() < end and p.poll() is None:
+        found = [f for f in marks.iterdir() if f.read_text() == "all-good"]
+        if found:
+            return int(found[0].name.split("-")[1])
+        time.sleep(0.05)
+    raise AssertionError("the all-good run never started")
+
+
+def test_a_second_bisect_is_refused_and_sigterm_ends_the_run_in_progress(tmp_path):
+    fake, w, marks = tmp_path / "fake.py", tmp_path / "w", tmp_path / "marks"
+    fake.write_text(FAKE)
+    marks.mkdir()
+    args, env = _bisect(fake, w, {"HANG": "1", "MARKS": str(marks)})
+    p = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    child = None
+    try:
+        child = _wait_started(marks, p)
+        r = subprocess.run(args, env={**env, "HANG": "0"}, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and "another bisect is running in this work directory" in r.stderr, r.stderr
+        assert _alive(child)  # the second one touched nothing
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == 128 + signal.SIGTERM
+        assert not _alive(child)  # its whole group went with it
+    finally:
+        if p.poll() is None:
+            p.kill()
+        if child is not None and _alive(child):
+            os.kill(child, signal.SIGKILL)
