@@ -18,7 +18,7 @@ import math
 import re
 
 from inkling_probe.bisect import carry
-from inkling_probe.bisect.oracle import compare_dumps, dump_problem, verdict
+from inkling_probe.bisect.oracle import OracleError, compare_dumps, dump_problem, verdict
 from inkling_probe.errors import ProbeError
 
 _LAYER = re.compile(r"^layers\.(\d+)\.")
@@ -103,19 +103,27 @@ class LayerSearch:
         return v
 
     def _judge(self, recs: dict) -> dict:
-        bad = [r for r in recs.values() if r["crashed"] or r["exit_code"] != 0]
-        if bad:
-            return {"crashed": True, "why": f"{bad[0]['label']}: exit code {bad[0]['exit_code']}"}
-        path = {side: self.runner.path(r) for side, r in recs.items()}
-        for side in ("ref", "control"):
-            why = dump_problem(path[side]) if side in path else None
+        """The candidate's crash is judged by the crash policy; a reference or control run that fails
+        leaves nothing to judge against: an error, not a verdict on the candidate."""
+        path = {}
+        for side in ("ref", "control", "cand"):
+            rec = recs.get(side)
+            if rec is None:
+                continue
+            failed = rec["crashed"] or rec["exit_code"] != 0
+            why = rec.get("why") or f"exit code {rec['exit_code']}" if failed else None
+            path[side] = self.runner.path(rec)
+            why = why or (dump_problem(path[side]) if side != "cand" else None)
+            if why and side != "cand":
+                raise OracleError(f"the {side} run {rec['label']} cannot be judged against: {why}; "
+                                  f"see {rec['dir']}/output.txt")
             if why:
-                return {"crashed": True, "why": f"{recs[side]['label']}: {why}"}
+                return {"crashed": True, "why": f"{rec['label']}: {why}"}
         return compare_dumps(path["ref"], path["cand"], path.get("control"), self.options)
 
     @staticmethod
     def _worst(recs: dict) -> dict:
-        return next((r for r in recs.values() if r["crashed"] or r["exit_code"] != 0), recs["cand"])
+        return recs["cand"]
 
     def _globs(self, unit: dict) -> list[str]:
         """The unit's keys, and before them the keys of earlier layers that carry compare's state."""

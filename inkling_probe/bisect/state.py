@@ -112,7 +112,7 @@ class State:
         return p
 
     def save(self) -> None:
-        runs = [{**r, "digest": digest(r, self.salt)} for r in self.runs]
+        runs = [{**{k: v for k, v in r.items() if k != "resumed"}, "digest": digest(r, self.salt)} for r in self.runs]
         verdicts = {k: {**v, "digest": digest({"key": k, **v}, self.salt)} for k, v in self.verdicts.items()}
         doc = {"version": VERSION, "kind": self.kind, "args": self.args, "args_digest": self.salt,
                "runs": runs, "verdicts": verdicts, "live": self.live, "answer": self.answer}

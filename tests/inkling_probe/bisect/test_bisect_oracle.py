@@ -90,3 +90,19 @@ def test_flags_exit_3_with_the_reason(tmp_path, fake_runs):
     assert "no key in common" in r.output.strip().splitlines()[-1]
     state = json.loads((tmp_path / "w" / "state.json").read_text())
     assert not any(v["passed"] is False and not v.get("crashed") for v in state["verdicts"].values())
+
+
+def test_a_failed_reference_run_stops_layers_with_the_reason(tmp_path, fake_runs, monkeypatch):
+    real = runner_mod._run
+
+    def ref_fails_in_tests(command, overrides, folder, record, timeout, on_start=None):
+        rec = real(command, overrides, folder, record, timeout, on_start)
+        if command.text == "true ref" and overrides.get("INKLING_PROBE_INCLUDE"):
+            rec.update(exit_code=1)
+        return rec
+
+    monkeypatch.setattr(runner_mod, "_run", ref_fails_in_tests)
+    r = CliRunner().invoke(group, ["bisect", "layers", "--ref", "true ref", "--cand", "true cand", "-w", str(tmp_path / "w")],
+                           catch_exceptions=False)
+    assert r.exit_code == 3, r.output
+    assert "the ref run ref-layers.0 cannot be judged against: exit code 1" in r.output.strip().splitlines()[-1]
