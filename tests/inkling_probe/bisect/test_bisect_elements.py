@@ -47,3 +47,12 @@ def test_two_dumps_token_rows_and_bf16(tmp_path):
     assert region_lines(res["diverged_keys"][0]["regions"]) == ["rows 16-31: 1 of 1024",
                                                                 "  blocks 0 (elements 0-15): 1 of 256"]
     assert bisect_elements(a, a)["diverged"] == 0
+
+
+def test_a_per_expert_vector_is_split_by_expert():
+    from inkling_probe.bisect.elements import levels
+
+    assert levels("layers.3.mlp.experts.input_scale", (8,), False) == [("expert", 0, 1)]
+    mask = np.zeros(8, bool)
+    mask[5] = True
+    assert region_lines(split(mask, levels("layers.3.mlp.experts.input_scale", (8,), False))) == ["expert 5: 1 of 1"]
