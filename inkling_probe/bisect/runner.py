@@ -10,6 +10,7 @@ command records one). Commands run without a shell (``shlex`` splits them) unles
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from inkling_probe.bisect import procs
 from inkling_probe.errors import ProbeError
 
 TAIL_CHARS = 2000
+_ATTEMPT = re.compile(r"\.r\d+$")  # a redone run's pending folder, when a killed attempt left the first
 
 
 class BudgetSpent(ProbeError):
@@ -140,11 +142,12 @@ class Runner:
             src = self.state.inside(rec["dir"])
             dst_dir = self.state.inside(side)
             dst_dir.mkdir(exist_ok=True)
-            dst = self.state.inside(f"{side}/{src.name}")
+            name = _ATTEMPT.sub("", src.name)  # good/ and bad/ keep one layout: NNN-label
+            dst = self.state.inside(f"{side}/{name}")
             shutil.rmtree(dst, ignore_errors=True)
             if src.exists():
                 os.replace(src, dst)
-            rec["dir"] = f"{side}/{src.name}"
+            rec["dir"] = f"{side}/{name}"
             if rec.get("dump"):
                 rec["dump"] = f"{rec['dir']}/dump"
         self.state.save()

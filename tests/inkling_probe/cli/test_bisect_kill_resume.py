@@ -73,7 +73,7 @@ def _one_round(tmp_path: Path, fake: Path, i: int) -> None:
         assert doc["answer"]["failing_set"] == ["T_B"]
         assert not _alive(orphan)  # killed and waited for before the redo
         dirs = [x["dir"] for x in doc["runs"]]
-        assert len(set(dirs)) == len(dirs)
+        assert len(set(dirs)) == len(dirs) and "good/002-all-good" in dirs  # filed under its usual name
     finally:
         if p.poll() is None:
             p.kill()
