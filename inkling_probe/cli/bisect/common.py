@@ -50,7 +50,7 @@ def run_options(f):
                      help="Seconds before a run is killed (counted as a crash)."),
         click.option("--on-crash", type=click.Choice(["fail", "pass", "stop"]), default="fail", show_default=True,
                      help="What a crashed run (signal, timeout, no start; compare oracles: any non-zero exit) counts as."),
-        click.option("--max-runs", type=click.IntRange(min=1), default=None,
+        click.option("--max-runs", type=int, default=None, callback=finite(1),
                      help="Stop (exit 4, state kept) before starting more runs than this."),
         click.option("--json", "as_json", is_flag=True, help="Print the answer and every run as JSON."),
     ]
