@@ -53,7 +53,7 @@ def test_precision_names_the_layer_that_must_stay_bf16(nvfp4_ckpt, corrupted_cop
         ref = _dump(nvfp4_ckpt, tmp_path / "ref")
     ctl = _dump(nvfp4_ckpt, tmp_path / "ctl")
     r = _invoke(["bisect", "precision", "--cmd", _run(bad), "--layers", "3-5", "--oracle", f"compare:{ref}",
-                 "--control", str(ctl), "-w", str(tmp_path / "w"), "--json"])
+                 "--control-dump", str(ctl), "-w", str(tmp_path / "w"), "--json"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
     assert doc["answer"]["reference_layers"] == [4] and doc["answer"]["quantized_layers"] == [3, 5]
