@@ -6,8 +6,10 @@ a run is over only when no process of that group is left: on a timeout, an inter
 whole group gets SIGKILL; after a normal exit, members still running after a short grace get it too.
 
 A bisect that is itself killed cannot do that; its state file then names the groups it left running
-(:func:`identity`: the pgid, the leader's start time and the boot), and a resumed bisect calls
-:func:`reap` on each before it runs anything. A pgid is not reused while any member of its group
+(:func:`identity`: the pgid, the leader's start time, the boot and the run's token, which every
+process of the run carries in its environment as ``INKLING_BISECT_RUN``), and a resumed bisect calls
+:func:`reap` on each before it runs anything; a group none of whose processes carries the token is
+not ours (a reused number, or a crafted state) and is left alone. A pgid is not reused while any member of its group
 lives (Linux keeps the number taken), and the leader's start time tells a reused number from ours.
 Zombies count as gone: they run nothing, and their reaper may not be us.
 """
@@ -42,10 +44,28 @@ def _boot_id() -> str | None:
         return None
 
 
-def identity(pid: int) -> dict:
-    """What a state file keeps of a running group leader: ``{"pgid", "start", "boot"}``."""
+MARK = "INKLING_BISECT_RUN"  # set in every run's environment: its processes carry the run's token
+
+
+def new_token() -> str:
+    """A run's token, for ``MARK`` in its environment (and the state file's live entry)."""
+    import secrets
+
+    return secrets.token_hex(12)
+
+
+def identity(pid: int, token: str | None = None) -> dict:
+    """What a state file keeps of a running group leader: ``{"pgid", "start", "boot", "token"}``."""
     st = _stat(pid)
-    return {"pgid": pid, "start": st[2] if st else None, "boot": _boot_id()}
+    return {"pgid": pid, "start": st[2] if st else None, "boot": _boot_id(), "token": token}
+
+
+def _carries(pid: int, token: str) -> bool:
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return f"{MARK}={token}".encode() in env.split(b"\0")
 
 
 def members(pgid: int) -> list[int]:
@@ -101,7 +121,10 @@ def is_ours(ident: dict) -> bool:
     st = _stat(ident["pgid"])
     if st is not None and ident.get("start") is not None and st[1] == ident["pgid"] and st[2] != ident["start"]:
         return False  # the number leads another, newer group
-    return bool(members(ident["pgid"]))
+    alive = members(ident["pgid"])
+    if ident.get("token") and Path("/proc").is_dir():
+        return any(_carries(pid, ident["token"]) for pid in alive)  # a state naming another group kills nothing
+    return bool(alive)
 
 
 def reap(ident: dict, timeout: float = REAP_S) -> bool:

@@ -96,10 +96,13 @@ class Runner:
         self.progress("start", {"n": n, "label": label, "key": key})
         rel = f"pending/{folder.name}"
 
-        def started(pid: int) -> None:
-            self.state.set_live([{**procs.identity(pid), "dir": rel, "key": key}])
+        token = procs.new_token()
 
-        rec = _run(command, env, folder, record, self.timeout, started)
+        def started(pid: int) -> None:
+            self.state.set_live([{**procs.identity(pid, token), "dir": rel, "key": key}])
+
+        rec = _run(command, {**env, procs.MARK: token}, folder, record, self.timeout, started)
+        rec["env"].pop(procs.MARK, None)
         rec.update(key=key, label=label, n=n)
         self.state.live = []
         self.state.add_run(rec)
@@ -177,7 +180,8 @@ def _run(command: Command, overrides: dict, folder: Path, record: bool, timeout,
         overrides["INKLING_PROBE"] = dump
     args = command.args(dump)
     shown = args if isinstance(args, str) else shlex.join(args)
-    sets = " ".join(f"{k}={shlex.quote(v)}" if v is not None else f"-u {k}" for k, v in sorted(overrides.items()))
+    shown_env = {k: v for k, v in overrides.items() if k != procs.MARK}  # the run's token: not a setting
+    sets = " ".join(f"{k}={shlex.quote(v)}" if v is not None else f"-u {k}" for k, v in sorted(shown_env.items()))
     (folder / "command.txt").write_text(f"{sets}\n{shown}\n")
     code, why, seconds = procs.run(args, shell=command.shell, env=_env(overrides), out=folder / "output.txt",
                                    timeout=timeout, on_start=on_start)

@@ -118,3 +118,18 @@ def test_a_second_bisect_is_refused_and_sigterm_ends_the_run_in_progress(tmp_pat
             p.kill()
         if child is not None and _alive(child):
             os.kill(child, signal.SIGKILL)
+
+
+def test_a_state_naming_another_process_group_kills_nothing(tmp_path):
+    """A live entry whose group carries no token of ours (a crafted state, a reused number) is left alone."""
+    from inkling_probe.bisect import procs
+
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        ident = procs.identity(other.pid, procs.new_token())  # its start time copied, but not our token
+        assert procs.reap(ident, timeout=1.0) and _alive(other.pid)
+        ident = procs.identity(other.pid)  # no token recorded (no /proc to read it from): pgid + start decide
+        assert procs.is_ours(ident)
+    finally:
+        other.kill()
+        other.wait()
