@@ -135,7 +135,8 @@ def reap(ident: dict, timeout: float = REAP_S) -> bool:
     return wait_gone(ident["pgid"], timeout)
 
 
-def run(args, *, shell: bool, env: dict, out: Path, timeout: float | None, on_start=None) -> tuple[int, str | None, float]:
+def run(args, *, shell: bool, env: dict, out: Path, timeout: float | None,
+        on_start=None) -> tuple[int, str | None, float]:
     """Run ``args`` in a process group of its own, stdout and stderr into ``out``.
 
     ``on_start(pid)`` is called once it runs (the state file records the group there). Returns
