@@ -102,7 +102,6 @@ def session(kind: str, workdir, args: dict, max_runs, timeout, as_json):
         state = State(workdir or f"bisect-{kind}", kind, args)
     except StateMismatch as e:
         raise BadInput(str(e)) from None
-    _terminate_as_exit()
     progress, status = printer(as_json)
     try:
         runner = Runner(state, max_runs=max_runs, timeout=timeout, progress=progress)
@@ -111,27 +110,34 @@ def session(kind: str, workdir, args: dict, max_runs, timeout, as_json):
     return state, runner, status
 
 
-def _terminate_as_exit() -> None:
+def _terminate_as_exit() -> dict:
     """SIGTERM and SIGHUP end the bisect as an exception does: the run in progress is killed with its
-    whole process group on the way out (Ctrl-C already does; the run's group is not the terminal's)."""
+    whole process group on the way out (Ctrl-C already does; the run's group is not the terminal's).
+    Returns the handlers it replaced."""
     import signal
 
     def stop(signum, frame):
         raise SystemExit(128 + signum)
 
+    old = {}
     for sig in (signal.SIGTERM, signal.SIGHUP):
         try:
-            signal.signal(sig, stop)
+            old[sig] = signal.signal(sig, stop)
         except ValueError:  # not the main thread (an embedding caller): leave its handlers alone
             pass
+    return old
 
 
 def guarded(search):
-    """Run ``search()``; the toolkit's expected errors become one-line exits (2, or 4 for the budget)."""
+    """Run ``search()``; the toolkit's expected errors become one-line exits (2; 3 when the oracle could
+    not judge a run; 4 for the budget). SIGTERM/SIGHUP end it as an exception does meanwhile."""
+    import signal
+
     from inkling_probe.bisect.oracle import OracleError
     from inkling_probe.bisect.runner import BudgetSpent
     from inkling_probe.errors import ProbeError
 
+    handlers = _terminate_as_exit()
     try:
         return search()
     except BudgetSpent as e:
@@ -140,6 +146,9 @@ def guarded(search):
         raise OracleExit(str(e)) from None
     except ProbeError as e:
         raise BadInput(str(e)) from None
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
 
 
 def finish(state, answer: dict, as_json: bool, render) -> None:
