@@ -109,6 +109,10 @@ def parse(spec: str, control: str | None = None, **options):
     if spec == "exit":
         if control:
             raise BadOracle("--control-dump needs --oracle compare:REF")
+        names = {"threshold": "--threshold", "name_map": "--map", "include": "--include"}
+        given = [names.get(k, k) for k in options]
+        if given:
+            raise BadOracle(f"{given[0]} needs --oracle compare:REF (the exit oracle compares nothing)")
         return ExitOracle()
     if spec.startswith("compare:") and spec[len("compare:"):]:
         return CompareOracle(spec[len("compare:"):], control, **options)

@@ -17,6 +17,7 @@ CASES = [
     (["precision", "--cmd", "true", "--layers", "3", "--threshold", "inf"], "--threshold inf: must be a finite"),
     (["flags", "--cmd", "true", "--flag", "A=0:1", "--timeout", "nan"], "--timeout nan: must be a finite number > 0"),
     (["flags", "--cmd", "true", "--flag", "A=0:1", "--max-runs", "0"], "--max-runs 0: must be a finite number >= 1"),
+    (["flags", "--cmd", "true", "--flag", "A=0:1", "--threshold", "0.1"], "--threshold needs --oracle compare:REF"),
     (["precision", "--cmd", "true", "--layers", "0-99999999999"], "no model has that many"),
     (["layers", "--ref", "true", "--cand", "true", "--map", "/no/such/map.toml"], "--map: /no/such/map.toml"),
     (["elements", "/no/such/a", "/no/such/b"], "/no/such/a: no such file or directory"),
