@@ -25,7 +25,7 @@ from inkling_probe.compare import compare
 L, T, H, E, TOK = 6, 16, 32, 8, 9
 
 
-def _steps(side: str, flip, fault):
+def _steps(side: str, flip, fault, tok: int = TOK):
     rng = np.random.default_rng(0)
     noise = np.random.default_rng({"ref": 1, "cand": 2, "ctl": 3}[side])
     scale = {"ref": 0.0, "cand": 0.003, "ctl": 0.004}[side]
@@ -43,10 +43,10 @@ def _steps(side: str, flip, fault):
         x = x + 0.1 * rng.standard_normal((T, H))
         out.append((f"layers.{i}.attn_norm", t(noisy(x, i))))
         logits = rng.standard_normal((T, E))
-        logits[TOK] = [1.0, 0.95, 0.90, -3, -3, -3, -3, -3]  # token TOK: experts 1 and 2 nearly tied
+        logits[tok] = [1.0, 0.95, 0.90, -3, -3, -3, -3, -3]  # token tok: experts 1 and 2 nearly tied
         lg = noisy(logits, i)
         if side == "cand" and flip == i:
-            lg[TOK, 1], lg[TOK, 2] = 0.90, 0.96  # the near-tie flips towards expert 2
+            lg[tok, 1], lg[tok, 2] = 0.90, 0.96  # the near-tie flips towards expert 2
         ids = np.argsort(-lg, axis=1)[:, :2]
         out.append((f"layers.{i}.mlp.router_logits", t(lg)))
         out.append((f"layers.{i}.mlp.topk_idx", torch.tensor(ids),
@@ -54,7 +54,7 @@ def _steps(side: str, flip, fault):
         y = x + 0.2 * rng.standard_normal((T, H))
         y = noisy(y, i)
         if side == "cand" and flip is not None and i >= flip:
-            y[TOK:] += 1.0  # other experts from the flipped token on (sequence mixing carries it)
+            y[tok:] += 1.0  # other experts from the flipped token on (sequence mixing carries it)
         if side == "cand" and fault == i:
             y = y * 1.5  # an error born in layer i's experts
         out.append((f"layers.{i}.mlp.experts", t(y)))
@@ -65,10 +65,10 @@ def _steps(side: str, flip, fault):
 @pytest.fixture
 def fake_runs(monkeypatch):
     def run(command, overrides, folder, record, timeout, on_start=None):
-        side, flip, fault = command.text.split(":")
+        side, flip, fault, tok = command.text.split(":")
         settings = {k: overrides[v] for k, v in (("include", "INKLING_PROBE_INCLUDE"), ("mode", "INKLING_PROBE_MODE"))
                     if overrides.get(v)}
-        write(folder / "dump", _steps(side, _int(flip), _int(fault)), **settings)
+        write(folder / "dump", _steps(side, _int(flip), _int(fault), int(tok)), **settings)
         return {"command": command.text, "env": overrides, "exit_code": 0, "crashed": False, "why": None,
                 "seconds": 0.0, "tail": "", "dir": f"pending/{folder.name}", "dump": f"pending/{folder.name}/dump"}
 
@@ -79,18 +79,27 @@ def _int(text):
     return None if text == "-" else int(text)
 
 
-CASES = [("-", "-"), ("1", "-"), ("2", "-"), ("1", "3"), ("-", "4"), ("3", "5"), ("-", "0")]
+def _random_cases(n: int, seed: int = 7):
+    """Flip and fault layers (or none: L and L+1 stand for none) and the flipped token, drawn at random."""
+    rng = np.random.default_rng(seed)
+    name = lambda i: str(i) if i < L else "-"  # noqa: E731
+    return [(name(f), name(g), int(t)) for f, g, t in zip(rng.integers(0, L + 2, n), rng.integers(0, L + 2, n),
+                                                          rng.integers(2, T - 2, n))]
 
 
-@pytest.mark.parametrize("flip,fault", CASES)
-def test_bisect_layers_names_what_the_full_compare_names(tmp_path, fake_runs, flip, fault):
-    full = {side: write(tmp_path / side, _steps(side, _int(flip), _int(fault))) for side in ("ref", "cand", "ctl")}
+CASES = [("-", "-", TOK), ("1", "-", TOK), ("2", "-", TOK), ("1", "3", TOK), ("-", "4", TOK), ("3", "5", TOK),
+         ("-", "0", TOK)] + _random_cases(8)
+
+
+@pytest.mark.parametrize("flip,fault,tok", CASES)
+def test_bisect_layers_names_what_the_full_compare_names(tmp_path, fake_runs, flip, fault, tok):
+    full = {side: write(tmp_path / side, _steps(side, _int(flip), _int(fault), tok)) for side in ("ref", "cand", "ctl")}
     rep = compare(full["ref"], full["cand"], full["ctl"], explain=False)
     first = rep.first_divergence
     want = None if first is None else f"layers.{max(layer_of(first.key) or 0, 0)}"
     state = State(tmp_path / "w", "layers", {"flip": flip, "fault": fault})
-    sides = {name: Command(f"{side}:{flip}:{fault}") for name, side in (("ref", "ref"), ("cand", "cand"),
-                                                                        ("control", "ctl"))}
+    sides = {name: Command(f"{side}:{flip}:{fault}:{tok}") for name, side in (("ref", "ref"), ("cand", "cand"),
+                                                                             ("control", "ctl"))}
     ans = LayerSearch(Runner(state), sides, {}).run()
     assert ans["layer"] == want, (ans, first and first.key)
     if want is not None:
