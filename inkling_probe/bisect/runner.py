@@ -6,6 +6,12 @@ variables set for it), ``output.txt`` (stdout and stderr), ``exit_code`` and ``d
 command records one). Commands run without a shell (``shlex`` splits them) unless ``shell=True``.
 ``{dump}`` in a command is replaced by the run's dump path; a command without it records through
 ``INKLING_PROBE``.
+
+Each run is a process group of its own (:mod:`~inkling_probe.bisect.procs`), recorded in the state
+while it runs. A runner first reaps the groups a killed bisect left (the state file's lock says no
+live bisect owns them), and a run never reuses a folder that exists: a killed attempt's folder may
+still be written by its orphan, so the redo takes ``pending/NNN-label.r2`` (filed under the usual
+name). Every path is taken through :meth:`State.inside`: inside the work directory, through no link.
 """
 from __future__ import annotations
 
