@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from inkling_probe.errors import DumpError, SettingsError
 
 SHARDS = ("concat", "partial", "replicated")
-_RULE_KEYS = {"shard", "dim", "token_dim", "split"}
+_RULE_KEYS = {"shard", "dim", "token_dim", "split", "shift"}
+_GROUP_REF = re.compile(r"\\(\d+)|\\g<(\d+)>")
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,8 @@ class Layout:
         unknown = set(extra) - _RULE_KEYS
         if unknown:
             raise SettingsError(f"{where}: unknown key {sorted(unknown)[0]!r}")
+        if "shift" in extra and (not isinstance(extra["shift"], int) or isinstance(extra["shift"], bool)):
+            raise SettingsError(f"{where}: shift must be an integer (added to group 1, a layer number)")
         if "shard" in extra and extra["shard"] not in SHARDS:
             raise SettingsError(f"{where}: shard {extra['shard']!r} is not one of {', '.join(SHARDS)}")
         if extra.get("shard") == "concat" and not isinstance(extra.get("dim"), int):
@@ -134,10 +137,7 @@ class Layout:
         out = []
         for index, part_name in enumerate(names):
             template = rule.to.replace("{part}", str(part_name)) if split else rule.to
-            try:
-                key = m.expand(template)
-            except (re.error, IndexError) as e:
-                raise SettingsError(f"{where} -> {template!r}: {e}") from None
+            key = _expand(m, template, extra.get("shift", 0), where)
             if not key:
                 continue
             part = None
@@ -150,6 +150,29 @@ class Layout:
 
     def _decision(self, key: str) -> bool:
         return any(fnmatch.fnmatchcase(key, g) for g in self.decisions)
+
+
+def _expand(m: re.Match, template: str, shift: int, where: str) -> str:
+    """``m.expand(template)``; with ``shift``, group 1 (a number: the layer) is shifted by it first
+    (an engine that adds layer N's residual inside layer N+1's norm records it there)."""
+    if not shift:
+        try:
+            return m.expand(template)
+        except (re.error, IndexError) as e:
+            raise SettingsError(f"{where} -> {template!r}: {e}") from None
+    groups = list(m.groups())
+    if not groups or groups[0] is None or not groups[0].isdigit():
+        raise SettingsError(f"{where}: shift needs group 1 to be a number (got {groups[:1]})")
+    groups[0] = str(int(groups[0]) + shift)
+    if int(groups[0]) < 0:
+        return ""  # before the first layer: nothing to name
+
+    def ref(g: re.Match) -> str:
+        i = int(g.group(1) or g.group(2))
+        if not 0 < i <= len(groups):
+            raise SettingsError(f"{where}: template {template!r} names group {i}")
+        return groups[i - 1] or ""
+    return _GROUP_REF.sub(ref, template)
 
 
 def _token_dim(v, source: str, where: str) -> int | None:
@@ -171,13 +194,20 @@ def cut(array, part: Part, key: str, path: str):
         if width % n:
             raise DumpError(f"{path}: key {key!r}: {width} rows along dim {dim} don't interleave {n} parts")
         return np.take(array, np.arange(part.index, width, n), axis=dim)
-    total = sum(part.ratio)
-    if width % total:
+    start, size = _span(width, part)
+    if size is None:
         raise DumpError(f"{path}: key {key!r}: width {width} along dim {dim} does not split in ratio "
                         f"{list(part.ratio)} (check the map's params for this model)")
-    unit = width // total
-    start = unit * sum(part.ratio[: part.index])
-    return np.take(array, np.arange(start, start + unit * part.ratio[part.index]), axis=dim)
+    return np.take(array, np.arange(start, start + size), axis=dim)
+
+
+def _span(width: int, part: Part) -> tuple[int, int | None]:
+    """(start, size) of the part in a shard ``width`` wide; size None when the ratio doesn't divide it."""
+    total = sum(part.ratio)
+    sizes = [width * r // total for r in part.ratio]
+    if any(width * r % total for r in part.ratio):
+        return 0, None
+    return sum(sizes[: part.index]), sizes[part.index]
 
 
 def split_shape(shape: tuple, part: Part | None) -> tuple:
@@ -186,6 +216,5 @@ def split_shape(shape: tuple, part: Part | None) -> tuple:
         return tuple(shape)
     dim = part.dim % len(shape)
     out = list(shape)
-    out[dim] = shape[dim] // len(part.ratio) if part.interleave else \
-        shape[dim] // max(sum(part.ratio), 1) * part.ratio[part.index]
+    out[dim] = shape[dim] // len(part.ratio) if part.interleave else (_span(shape[dim], part)[1] or 0)
     return tuple(out)
