@@ -131,7 +131,8 @@ class Layout:
         extra = getattr(rule, "extra", {}) or {}
         where = f"{self._source()}: rule {i + 1}"
         shard, dim = extra.get("shard"), extra.get("dim")
-        token_dim = _token_dim(extra.get("token_dim", self.token_dim), self._source(), f"rule {i + 1}")
+        token_dim = _token_dim(extra["token_dim"], self._source(), f"rule {i + 1}") if "token_dim" in extra \
+            else self.token_dim
         split = extra.get("split")
         names = split["parts"] if split else [None]
         out = []
