@@ -67,21 +67,7 @@ def _pt_tensors(path: str) -> dict:
     cached = _PT_CACHE.get(path)
     if cached is not None:
         return cached
-    import pickle
-
-    import torch
-
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except RuntimeError as e:
-        if "mmap" not in str(e):  # a legacy (non-zip) file can't be mapped: load it whole
-            raise DumpError(f"{path}: not a readable torch file ({_first_line(e)[:120]})") from None
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        raise DumpError(f"{path}: refused: torch.load(weights_only=True) will not unpickle it "
-                        f"({_first_line(e)[:100]}); only tensors are read from .pt files") from None
-    except (EOFError, OSError, ValueError) as e:
-        raise DumpError(f"{path}: truncated or not a torch file ({_first_line(e)[:100]})") from None
+    obj = _torch_load(path)
     meta = {}
     if isinstance(obj, dict) and set(obj) == {"value", "meta"} and isinstance(obj["meta"], dict):
         meta = _plain_meta(path, obj["meta"])  # SGLang's dumper: {"value": tensor, "meta": {...}}
@@ -90,6 +76,34 @@ def _pt_tensors(path: str) -> dict:
     _PT_CACHE.clear()
     _PT_CACHE[path] = {"tensors": tensors, "meta": meta}
     return _PT_CACHE[path]
+
+
+def _torch_load(path: str):
+    """``torch.load(weights_only=True)``, memory-mapped where the file allows; every failure one line."""
+    import pickle
+
+    import torch
+
+    try:
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as e:
+            if "mmap" not in str(e):
+                raise
+            return torch.load(path, map_location="cpu", weights_only=True)  # legacy format: not mappable
+    except pickle.UnpicklingError as e:
+        raise DumpError(f"{path}: refused: torch.load(weights_only=True) will not unpickle it "
+                        f"({_why_refused(e)}); only tensors are read from .pt files") from None
+    except (EOFError, OSError, ValueError, RuntimeError) as e:
+        raise DumpError(f"{path}: truncated or not a readable torch file ({_first_line(e)[:100]})") from None
+
+
+def _why_refused(e: BaseException) -> str:
+    """The line of torch's weights-only message that names what was refused."""
+    for line in str(e).splitlines():
+        if "Unsupported" in line or "WeightsUnpickler error" in line:
+            return line.strip()[:120]
+    return _first_line(e)[:120]
 
 
 def _flatten(path: str, obj, prefix: str):
