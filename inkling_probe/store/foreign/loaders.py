@@ -101,7 +101,7 @@ def _torch_load(path: str):
 def _why_refused(e: BaseException) -> str:
     """The line of torch's weights-only message that names what was refused."""
     for line in str(e).splitlines():
-        if "Unsupported" in line or "WeightsUnpickler error" in line:
+        if "nsupported" in line or "WeightsUnpickler error" in line:
             return line.strip()[:120]
     return _first_line(e)[:120]
 

@@ -1,0 +1,121 @@
+"""``inkling-probe import``: a foreign dump written into our store compares exactly as the folder read
+directly does, and its values, layouts and steps survive bit for bit."""
+import json
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+import dumps
+import inkling_probe
+from inkling_probe.cli import group
+from inkling_probe.compare import compare
+from inkling_probe.store.foreign import open_foreign
+from inkling_probe.store.foreign.sglang_format import SGLangDumpWriter
+
+MAP = """
+[foreign]
+token_dim = 0
+[[rule]]
+match = 'layer_(\\d+)_attn_out'
+to = 'layers.\\1.attn.out'
+shard = "concat"
+dim = 1
+[[rule]]
+match = 'layer_(\\d+)_mlp_out'
+to = 'layers.\\1.mlp.out'
+shard = "partial"
+[[rule]]
+match = 'layer_(\\d+)_resid'
+to = 'layers.\\1.resid'
+shard = "replicated"
+"""
+
+
+def _layer(i, x):
+    attn = torch.tanh(x @ torch.full((8, 6), 0.1 * (i + 1)))  # [T, 6]
+    mlp = attn @ torch.full((6, 8), 0.05)  # [T, 8]
+    return attn, mlp, x + mlp
+
+
+def _run(fault_layer=None):
+    """Per layer (attn.out, mlp.out, resid) of a toy 3-layer stack; the fault scales one MLP by 1.5."""
+    x = torch.linspace(-1, 1, 40).reshape(5, 8)
+    out = []
+    for i in range(3):
+        attn, mlp, x = _layer(i, x)
+        if i == fault_layer:
+            mlp = mlp * 1.5
+            x = x - mlp / 1.5 + mlp
+        out.append((attn, mlp, x))
+    return out
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    root = tmp_path_factory.mktemp("convert")
+    ref = dumps.write(root / "ref", [[(f"layers.{i}.{k}", t) for i, ts in enumerate(_run())
+                                      for k, t in zip(("attn.out", "mlp.out", "resid"), ts)]])
+    w = SGLangDumpWriter(root / "sglang", world_size=2)
+    for i, (attn, mlp, resid) in enumerate(_run(fault_layer=1)):
+        for rank in range(2):
+            w.dump(f"layer_{i}_attn_out", attn[:, 3 * rank: 3 * rank + 3].clone(), rank=rank)
+            w.dump(f"layer_{i}_mlp_out", mlp * (0.25 if rank == 0 else 0.75), rank=rank)
+            w.dump(f"layer_{i}_resid", resid, rank=rank)
+    (root / "map.toml").write_text(MAP)
+    (root / "sglang" / "inkling_probe.toml").write_text(f'map = "{root / "map.toml"}"\n')
+    r = CliRunner().invoke(group, ["import", str(root / "sglang"), str(root / "imported")])
+    assert r.exit_code == 0, r.output
+    return {"ref": ref, "folder": str(root / "sglang"), "imported": str(root / "imported")}
+
+
+def _doc(report):
+    doc = report.to_dict()
+    for k in ("ref", "cand", "reference", "candidate"):
+        doc.pop(k, None)
+    return json.loads(json.dumps(doc, default=str).replace("sglang", "X").replace("imported", "X"))
+
+
+def test_compare_on_the_imported_dump_equals_compare_on_the_folder(pair):
+    direct = compare(pair["ref"], pair["folder"])
+    imported = compare(pair["ref"], pair["imported"])
+    assert direct.diverged and [c.key for c in direct.culprits] == ["layers.1.mlp.out"]
+    assert _doc(direct) == _doc(imported)
+
+
+def test_the_cli_says_the_same_on_both(pair):
+    outs = []
+    for cand in (pair["folder"], pair["imported"]):
+        r = CliRunner().invoke(group, ["compare", pair["ref"], cand, "--json"])
+        assert r.exit_code == 1, r.output
+        doc = json.loads(r.stdout)
+        outs.append(json.loads(json.dumps({k: v for k, v in doc.items() if k not in ("ref", "cand")})
+                               .replace(pair["folder"], "X").replace(pair["imported"], "X")))
+    assert outs[0] == outs[1]
+
+
+def test_import_keeps_every_shard_its_layout_and_adds_statistics(pair):
+    folder, imported = open_foreign(pair["folder"]), inkling_probe.open(pair["imported"])
+    assert type(imported).__name__ == "Dump" and imported.world_size == 2
+    assert folder.keys() == imported.keys()
+    for key in folder.keys():
+        a, b = folder.rows(key), imported.rows(key)
+        assert [(r["rank"], r["shard"], r["dim"], r["shape"], r["dtype"], r["token_dim"]) for r in a] == \
+               [(r["rank"], r["shard"], r["dim"], r["shape"], r["dtype"], r["token_dim"]) for r in b]
+        np.testing.assert_array_equal(folder.array(key), imported.array(key))
+        assert all(r["hash"] and r["nan"] == 0 for r in b)
+    assert imported.segments[0].run["imported_from"].endswith("sglang")
+
+
+def test_import_of_a_bf16_safetensors_file_is_bit_exact(tmp_path):
+    from safetensors.torch import save_file
+
+    t = torch.randn(33, 7).bfloat16()
+    t[0, 0] = float("nan")
+    save_file({"w": t}, tmp_path / "a.safetensors")
+    r = CliRunner().invoke(group, ["import", str(tmp_path / "a.safetensors"), str(tmp_path / "out"), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["tensors"] == 1
+    got = inkling_probe.open(tmp_path / "out").tensor("w")
+    assert got.dtype == torch.bfloat16 and torch.equal(got.view(torch.int16), t.view(torch.int16))
