@@ -4,8 +4,8 @@ bf16 as its exact float32, 8-bit floats as their exact float16, packed fp4 as it
 Each loader lists a file's tensors (:func:`describe`: name inside the file, shape, dtype, meta)
 cheaply where the format allows (headers only), and loads one (:func:`load`). ``.pt`` files are
 read with ``torch.load(weights_only=True)`` only (nothing in a pickle is executed; anything that is
-not a tensor, a dict/list of tensors, or SGLang's dumper payload ``{"value": tensor, "meta": {...}}``
-is refused); torch is imported there and nowhere else on the read side. ``.npy``/``.npz`` are
+not a tensor, a dict/list of tensors (None items, as in a linear's ``(out, None)``, are skipped), or
+SGLang's dumper payload ``{"value": tensor, "meta": {...}}`` is refused); torch is imported there and nowhere else on the read side. ``.npy``/``.npz`` are
 read with ``allow_pickle=False``; safetensors files are parsed here (header, offsets checked).
 """
 from __future__ import annotations
@@ -111,6 +111,8 @@ def _flatten(path: str, obj, prefix: str):
 
     if isinstance(obj, torch.Tensor):
         yield prefix, obj
+    elif obj is None and prefix:  # an absent item of a module's output tuple, e.g. (out, bias=None)
+        return
     elif isinstance(obj, dict):
         for k, v in obj.items():
             yield from _flatten(path, v, f"{prefix}.{k}" if prefix else str(k))
