@@ -7,7 +7,9 @@ Three naming schemes (docs/INTEROP.md):
   rank, ``sglang_dump_<run>_<tp rank>/``; newer ones write ``step=<s>___rank=<r>___dump_index=<i>___
   name=<name>___<tags>.pt`` for every rank into one experiment folder. The key is the name, then the
   other tags (``layer_id=3`` -> ``<name>.layer_id=3``; a ``layer_id`` equal to the ``layers.<n>``
-  already in the name is dropped); calls of one key in a step are told apart by dump order.
+  already in the name is dropped); calls of one key in a step are told apart by dump order. Names its
+  non-intrusive forward hooks give (``non_intrusive__<module>.output.0``) read as our own hooks name
+  them (``<module>.0``, inputs ``<module>.in.0``), so transformers' module paths meet hf_inkling.
 - A pattern (``pattern=``): a regex over each file's path inside the folder with named groups
   ``key`` (else the path without extension, ``/`` -> ``.``), ``step``, ``rank``, ``call``.
 - Anything else: the key is the path inside the folder without extension (``/`` -> ``.``), step 0,
@@ -32,6 +34,7 @@ MAX_DEPTH = 4
 MAX_FILES = 1_000_000
 EXTENSION = re.compile(r"\.(?:pt|pth|bin|safetensors|npz|npy)$")  # cut from names (a module path has dots)
 LEGACY_DIR = re.compile(r"^sglang_dump_(.+)_(\d+)$")
+HOOK_PREFIX = "non_intrusive__"
 _BOOKKEEPING = {"forward_pass_id", "step", "rank", "dump_index", "name", "recompute_status",
                 "pp_rank", "tp_rank", "cp_rank", "ep_rank", "etp_rank"}
 
@@ -142,12 +145,28 @@ def _sglang(root: str, path: str, parts: list[str], fmt: str, tags: dict) -> Sou
         rank = 0
     run = legacy[1] if legacy else os.sep.join(parts[:-1])
     extra = {k: v for k, v in tags.items() if k not in _BOOKKEEPING}
-    name = tags["name"]
+    name = hook_name(tags["name"])
     if "layer_id" in extra and f"layers.{extra['layer_id']}." in name + ".":
         extra.pop("layer_id")
     key = name + "".join(f".{k}={v}" for k, v in extra.items())
     order = (int(tags["dump_index"]) if tags.get("dump_index", "").isdigit() else 0, parts[-1])
     return Source(path, fmt, key, step, rank, run, order)
+
+
+def hook_name(name: str) -> str:
+    """SGLang's non-intrusive hook names in our hooks' naming (hooks.py), so one name map serves both:
+    ``non_intrusive__<module>.output[.<i>]`` -> ``<module>[.<i>]``, ``...inputs.<i>`` ->
+    ``<module>.in.<i>``; the root module's output is ``output``. Other names are kept."""
+    if not name.startswith(HOOK_PREFIX):
+        return name
+    parts = name[len(HOOK_PREFIX):].split(".")
+    at = max((i for i, p in enumerate(parts) if p in ("output", "inputs")), default=None)
+    if at is None:
+        return name
+    module, tail = parts[:at], parts[at + 1:]
+    if parts[at] == "inputs":
+        return ".".join(module + ["in"] + tail)
+    return ".".join(module + tail) if module else ".".join(["output"] + tail)
 
 
 def _int(path: str, tags: dict, name: str) -> int:
