@@ -42,3 +42,37 @@ class SGLangDumpWriter:
         path = os.path.join(folder, "___".join(f"{k}={v}" for k, v in fields.items()) + ".pt")
         torch.save(payload, path)
         return path
+
+
+def load_sglang_dumper(path):
+    """SGLang's own ``dumper.py`` (from an unpacked sglang wheel or checkout), loaded from ``path``
+    with the imports that only its HTTP/ZMQ control server and SGLang's runtime use stubbed, so its
+    real ``dump()`` and non-intrusive hooks write files here without SGLang installed. Returns the
+    module (its ``dumper`` singleton, configured from ``DUMPER_*`` variables). For tests and the
+    worked example; this process's ``sys.modules`` gains the stubs (run it in a process of its own).
+    """
+    import importlib.util
+    import sys
+    import types
+
+    def stub(name, **attrs):
+        module = sys.modules.get(name) or types.ModuleType(name)
+        module.__dict__.update(attrs)
+        module.__path__ = []  # a package, so its (missing) submodules raise ImportError
+        sys.modules[name] = module
+        return module
+
+    def unavailable(*_a, **_k):
+        raise RuntimeError("SGLang's runtime is not available here")
+
+    for name in ("sglang", "sglang.srt", "sglang.srt.managers"):
+        stub(name)
+    stub("zmq")
+    stub("sglang.srt.managers.io_struct", sock_recv=unavailable, sock_send=unavailable, wrap_as_pickle=unavailable)
+    stub("sglang.srt.runtime_context", get_parallel=unavailable, get_server_args=unavailable, get_serving=unavailable)
+    stub("sglang.srt.utils", get_device=lambda: "cpu")
+    spec = importlib.util.spec_from_file_location("sglang_real_dumper", os.fspath(path))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
