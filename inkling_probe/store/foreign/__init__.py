@@ -8,6 +8,7 @@ model params) is given as arguments, or, so that every command reads it the same
 
     map = "sglang_inkling"        # a shipped map's name or a TOML path (relative to the folder)
     pattern = '(?P<key>.+)\\.rank(?P<rank>\\d+)\\.pt'   # optional
+    token_dim = 0                 # optional: where the map does not say (-1 none; default "auto")
     [params]                      # optional: overrides the map's [foreign.params]
     kv_heads = 16
 """
@@ -24,8 +25,13 @@ __all__ = ["open_foreign", "is_foreign", "SETTINGS_FILE"]
 _MAX_SETTINGS_BYTES = 1 << 16
 
 
-def open_foreign(path, name_map=None, pattern: str | None = None, params: dict | None = None):
-    """A :class:`ForeignDump` of ``path``; arguments override the folder's ``inkling_probe.toml``."""
+def open_foreign(path, name_map=None, pattern: str | None = None, params: dict | None = None, token_dim=None):
+    """A :class:`ForeignDump` of ``path``; arguments override the folder's ``inkling_probe.toml``.
+
+    ``name_map``: a NameMap, TOML path or shipped map name (its rules may declare layouts and splits);
+    ``pattern``: a regex over file paths with groups key, step, rank, call; ``params``: sizes the
+    map's splits use; ``token_dim``: every tensor's token dim (-1: none, "auto": as our hooks find it)
+    where the map does not say."""
     from inkling_probe.namemap import NameMap
     from inkling_probe.store.foreign.dump import ForeignDump
 
@@ -39,7 +45,9 @@ def open_foreign(path, name_map=None, pattern: str | None = None, params: dict |
         spec = os.path.join(path, spec)
     nm = NameMap.load(spec) if spec is not None else None
     merged = {**settings.get("params", {}), **(params or {})}
-    return ForeignDump(path, nm, pattern if pattern is not None else settings.get("pattern"), merged or None)
+    td = token_dim if token_dim is not None else settings.get("token_dim")
+    return ForeignDump(path, nm, pattern if pattern is not None else settings.get("pattern"), merged or None,
+                       token_dim=td)
 
 
 def is_foreign(path) -> bool:
@@ -74,9 +82,9 @@ def read_settings(path: str) -> dict:
         doc = tomllib.loads(data.decode("utf-8", errors="replace"))
     except tomllib.TOMLDecodeError as e:
         raise DumpError(f"{file}: not valid TOML ({e})") from None
-    unknown = set(doc) - {"map", "pattern", "params"}
+    unknown = set(doc) - {"map", "pattern", "params", "token_dim"}
     if unknown:
-        raise DumpError(f"{file}: unknown key {sorted(unknown)[0]!r} (known: map, pattern, params)")
+        raise DumpError(f"{file}: unknown key {sorted(unknown)[0]!r} (known: map, pattern, params, token_dim)")
     for k in ("map", "pattern"):
         if k in doc and not isinstance(doc[k], str):
             raise DumpError(f"{file}: {k!r} must be a string")

@@ -29,14 +29,15 @@ class ForeignDump(Dump):
     """A folder (or file) of foreign tensors read as one dump; see docs/INTEROP.md."""
 
     def __init__(self, path, name_map=None, pattern: str | None = None, params: dict | None = None,
-                 fmt_name: str = "foreign"):
+                 fmt_name: str = "foreign", token_dim=None):
         self.path = os.fspath(path)
         self.unfinished: list[str] = []
-        self.layout = lay.Layout(name_map, params)
+        self.layout = lay.Layout(name_map, params, token_dim)
         sources = list_sources(self.path, pattern)
         _one_run(self.path, sources)
         self.kind = _kind(sources, fmt_name)
         rows = self._index(sources)
+        _auto_token_dims(rows)
         if not rows:
             raise DumpError(f"{self.path}: no tensors left after the name map")
         self.ranks = sorted({r["rank"] for r in rows})
@@ -77,7 +78,8 @@ class ForeignDump(Dump):
     def _row(self, src: Source, item, raw: str, view: lay.View, call: int, seq: int) -> dict:
         shape = lay.split_shape(item.shape, view.part)
         dim = schema.NO_DIM if view.dim is None else (view.dim % len(shape) if shape else 0)
-        td = view.token_dim if view.token_dim is not None and view.token_dim < max(len(shape), 1) else None
+        auto = view.token_dim == lay.AUTO
+        td = None if auto or view.token_dim is None or view.token_dim >= max(len(shape), 1) else view.token_dim
         meta = {k: v for k, v in item.meta.items() if isinstance(v, (int, float, str, bool))}
         meta = {"source": os.path.relpath(src.path, self.path) if os.path.isdir(self.path) else
                 os.path.basename(src.path), "source_key": raw, **({"dumper": meta} if meta else {})}
@@ -88,7 +90,7 @@ class ForeignDump(Dump):
                 "storage": "native", "shard": view.shard or UNDECLARED, "dim": dim,
                 "token_dim": schema.NO_DIM if td is None else td, "token_start": 0, "numel": math.prod(shape),
                 **_UNKNOWN_STATS, "hash": "", "dataset": "", "offset": -1, "meta": meta,
-                "_src": (src.path, src.fmt, item.name), "_part": view.part}
+                "_src": (src.path, src.fmt, item.name), "_part": view.part, "_auto_td": auto}
 
     def _check_duplicates(self, rows: list[dict]) -> None:
         seen: dict[tuple, str] = {}
@@ -124,6 +126,28 @@ class ForeignDump(Dump):
     def __repr__(self):
         return (f"ForeignDump({self.path!r}, {self.kind}: {len(self._by_key)} keys, {len(self._rows)} tensors, "
                 f"ranks {self.ranks} of {self.world_size})")
+
+
+def _auto_token_dims(rows: list[dict]) -> None:
+    """Token dims of rows without a declared one, as our hooks find them (hooks.py ``layout``): from
+    the root module's ``[B, T]`` integer input when the dump holds it; else they stay unknown."""
+    root = next((r for r in rows if r["key"] in ("in.input_ids", "in.0") and len(r["shape"]) == 2
+                 and r["dtype"].startswith(("int", "uint"))), None)
+    if root is None:
+        return
+    b, n = root["shape"]
+    for r in rows:
+        if not r["_auto_td"] or not r["shape"]:
+            continue
+        s = r["shape"]
+        if len(s) >= 2 and s[0] == b and s[1] == n:
+            r["token_dim"], r["meta"]["batch_dim"] = 1, 0
+        elif len(s) >= 3 and s[0] == b and s[2] == n:
+            r["token_dim"], r["meta"]["batch_dim"] = 2, 0
+        elif s[0] == b * n:
+            r["token_dim"] = 0
+            if b > 1:
+                r["meta"]["batch"] = b
 
 
 def _order(src: Source) -> tuple:

@@ -5,7 +5,7 @@ A rule of a name map (namemap.py) may carry, besides ``match`` and ``to``:
 
     shard = "concat"            # "concat" (with dim), "partial" (sum) or "replicated"
     dim = -1                    # the concat dim
-    token_dim = 0               # the token dim (-1: none); default: [foreign] token_dim
+    token_dim = 0               # the token dim (-1: none; "auto"); default: [foreign] token_dim
     split = { dim = -1, parts = ["q_proj", "k_proj", "v_proj"], ratio = ["q_heads", "kv_heads", "kv_heads"] }
     # or: split = { dim = 1, parts = ["gate", "up"], interleave = true }   (rows g0, u0, g1, u1, ...)
 
@@ -15,8 +15,13 @@ shards then combine across ranks by ``shard``/``dim``. ``ratio`` entries are num
 ``[foreign.params]`` (overridable per dump: the sizes are the model's, not the engine's).
 
     [foreign]
-    token_dim = 0               # engines run token-major: [tokens, ...]
+    token_dim = 0               # engines run token-major: [tokens, ...]; default "auto"
     params = { q_heads = 64, kv_heads = 8 }
+
+``token_dim = "auto"`` (the default) finds each tensor's token dim as our module hooks do
+(hooks.py): from the root module's recorded ``[B, T]`` integer input (``in.input_ids`` or ``in.0``),
+``[B, T, ...]`` -> 1, ``[B, heads, T, ...]`` -> 2, ``[B*T, ...]`` -> 0, else none; without such an
+input, none.
 
 Our own dumps carry all this in their index; these keys are read for foreign dumps only.
 """
@@ -30,6 +35,7 @@ from inkling_probe.errors import DumpError, SettingsError
 
 SHARDS = ("concat", "partial", "replicated")
 _RULE_KEYS = {"shard", "dim", "token_dim", "split", "shift"}
+AUTO = "auto"
 _GROUP_REF = re.compile(r"\\(\d+)|\\g<(\d+)>")
 
 
@@ -50,7 +56,7 @@ class View:
     key: str
     shard: str | None  # None: not declared
     dim: int | None
-    token_dim: int | None
+    token_dim: int | str | None  # AUTO: found from the dump's root input (ForeignDump)
     part: Part | None = None
     decision: bool = False
 
@@ -58,13 +64,14 @@ class View:
 class Layout:
     """A name map (or none) applied to foreign keys: :meth:`views` per recorded key."""
 
-    def __init__(self, name_map=None, params: dict | None = None):
+    def __init__(self, name_map=None, params: dict | None = None, token_dim=None):
         self.map = name_map
         foreign = dict(getattr(name_map, "foreign", None) or {})
         unknown = set(foreign) - {"token_dim", "params"}
         if unknown:
             raise SettingsError(f"{self._source()}: [foreign] has unknown key {sorted(unknown)[0]!r}")
-        self.token_dim = _token_dim(foreign.get("token_dim", -1), self._source(), "[foreign]")
+        given = token_dim if token_dim is not None else foreign.get("token_dim", AUTO)
+        self.token_dim = _token_dim(given, self._source(), "[foreign]")
         self.params = {**dict(foreign.get("params", {})), **(params or {})}
         for k, v in self.params.items():
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
@@ -176,9 +183,11 @@ def _expand(m: re.Match, template: str, shift: int, where: str) -> str:
     return _GROUP_REF.sub(ref, template)
 
 
-def _token_dim(v, source: str, where: str) -> int | None:
+def _token_dim(v, source: str, where: str) -> int | str | None:
+    if v == AUTO:
+        return AUTO
     if not isinstance(v, int) or isinstance(v, bool):
-        raise SettingsError(f"{source}: {where}: token_dim {v!r} must be an integer (-1: none)")
+        raise SettingsError(f"{source}: {where}: token_dim {v!r} must be an integer (-1: none) or 'auto'")
     return None if v < 0 else v
 
 

@@ -67,7 +67,14 @@ def pair(tmp_path_factory):
     (root / "sglang" / "inkling_probe.toml").write_text(f'map = "{root / "map.toml"}"\n')
     r = CliRunner().invoke(group, ["import", str(root / "sglang"), str(root / "imported")])
     assert r.exit_code == 0, r.output
-    return {"ref": ref, "folder": str(root / "sglang"), "imported": str(root / "imported")}
+    one = SGLangDumpWriter(root / "tp1")  # TP=1: tensors bit-identical to the reference's before the fault
+    for i, (attn, mlp, resid) in enumerate(_run(fault_layer=1)):
+        for name, t in (("attn_out", attn), ("mlp_out", mlp), ("resid", resid)):
+            one.dump(f"layer_{i}_{name}", t)
+    (root / "tp1" / "inkling_probe.toml").write_text(f'map = "{root / "map.toml"}"\n')
+    assert CliRunner().invoke(group, ["import", str(root / "tp1"), str(root / "tp1_imported")]).exit_code == 0
+    return {"ref": ref, "folder": str(root / "sglang"), "imported": str(root / "imported"),
+            "tp1": str(root / "tp1"), "tp1_imported": str(root / "tp1_imported")}
 
 
 def _doc(report):
@@ -82,6 +89,25 @@ def test_compare_on_the_imported_dump_equals_compare_on_the_folder(pair):
     imported = compare(pair["ref"], pair["imported"])
     assert direct.diverged and [c.key for c in direct.culprits] == ["layers.1.mlp.out"]
     assert _doc(direct) == _doc(imported)
+
+
+def _verdict(report):
+    doc = report.to_dict()
+    return {"rows": [(r["key"], r["step"], r["call"], r["diverged"], r["error"]) for r in doc["rows"]],
+            "first": doc["first_divergence"]["key"],
+            "culprits": [(c["key"], [e["summary"] for e in c["explanations"]]) for c in doc["culprits"]]}
+
+
+def test_bit_identical_rows_same_verdict_on_folder_and_store(pair):
+    """The store's hashes mark bit-identical rows 'exact' without reading them; the folder, which has no
+    hashes, measures them: error 0 both ways, the same verdict."""
+    direct, imported = compare(pair["ref"], pair["tp1"]), compare(pair["ref"], pair["tp1_imported"])
+    rows = {r.key: (r, s) for r, s in zip(direct.rows, imported.rows)}
+    measured, by_hash = rows["layers.0.resid"]
+    assert measured.status == by_hash.status == "exact"
+    assert measured.metrics.ref_rms > 0 and by_hash.metrics.ref_rms == 0  # read on the folder; not on the store
+    assert _verdict(direct) == _verdict(imported)
+    assert _verdict(direct)["culprits"] == [("layers.1.mlp.out", ["candidate = 1.5 x reference (no known constant)"])]
 
 
 def test_the_cli_says_the_same_on_both(pair):
