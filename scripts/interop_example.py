@@ -25,10 +25,10 @@ IDS = [(7 * i + 3) % 500 for i in range(24)]
 FAULT = "model.layers.3.mlp.experts"
 
 
-def sh(*args: str) -> subprocess.CompletedProcess:
-    print("$ inkling-probe " + " ".join(args), flush=True)
+def sh(*args: str, echo: bool = True) -> subprocess.CompletedProcess:
     out = subprocess.run([sys.executable, "-m", "inkling_probe.cli", *args], capture_output=True, text=True)
-    print(out.stdout + out.stderr, flush=True)
+    if echo:
+        print("$ inkling-probe " + " ".join(args) + "\n" + out.stdout + out.stderr, flush=True)
     return out
 
 
@@ -121,7 +121,7 @@ def main() -> int:
     store = os.path.join(out, "imported")
     sh("import", cand, store)
     imported = sh("compare", ref, store, "--map", "hf_inkling")
-    docs = [json.loads(sh("compare", ref, c, "--map", "hf_inkling", "--json").stdout) for c in (cand, store)]
+    docs = [json.loads(sh("compare", ref, c, "--map", "hf_inkling", "--json", echo=False).stdout) for c in (cand, store)]
     same = [verdict(d) for d in docs]
     culprits = [c["key"] for c in docs[0]["culprits"]]
     print(f"culprits: {culprits}; the folder and the imported store give the same verdict: {same[0] == same[1]}")

@@ -130,8 +130,9 @@ class ForeignDump(Dump):
 
 def _auto_token_dims(rows: list[dict]) -> None:
     """Token dims of rows without a declared one, as our hooks find them (hooks.py ``layout``): from
-    the root module's ``[B, T]`` integer input when the dump holds it; else they stay unknown."""
-    root = next((r for r in rows if r["key"] in ("in.input_ids", "in.0") and len(r["shape"]) == 2
+    the root module's ``[B, T]`` integer input when the dump holds it (``in.input_ids``, ``in.0``, or
+    ``input_ids`` as SGLang's dumper names that core field); else they stay unknown."""
+    root = next((r for r in rows if r["key"] in ("in.input_ids", "in.0", "input_ids") and len(r["shape"]) == 2
                  and r["dtype"].startswith(("int", "uint"))), None)
     if root is None:
         return

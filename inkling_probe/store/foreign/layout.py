@@ -19,7 +19,8 @@ shards then combine across ranks by ``shard``/``dim``. ``ratio`` entries are num
     params = { q_heads = 64, kv_heads = 8 }
 
 ``token_dim = "auto"`` (the default) finds each tensor's token dim as our module hooks do
-(hooks.py): from the root module's recorded ``[B, T]`` integer input (``in.input_ids`` or ``in.0``),
+(hooks.py): from the root module's recorded ``[B, T]`` integer input (``in.input_ids``, ``in.0``,
+or SGLang's dumper's core field ``input_ids``),
 ``[B, T, ...]`` -> 1, ``[B, heads, T, ...]`` -> 2, ``[B*T, ...]`` -> 0, else none; without such an
 input, none.
 
