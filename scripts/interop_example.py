@@ -116,7 +116,7 @@ def main() -> int:
     make_reference(ck, ref)
     cand = make_candidate(ck, os.path.join(out, "sglang"), args.sglang_dumper)
     print(f"reference: {ref}\ncandidate (SGLang dumper folder): {cand}\n", flush=True)
-    sh("ls", cand, "--include", "model.layers.3.mlp*")
+    sh("ls", cand, "model.layers.3.mlp.experts*")
     direct = sh("compare", ref, cand, "--map", "hf_inkling")
     store = os.path.join(out, "imported")
     sh("import", cand, store)

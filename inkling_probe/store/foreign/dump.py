@@ -29,13 +29,13 @@ class ForeignDump(Dump):
     """A folder (or file) of foreign tensors read as one dump; see docs/INTEROP.md."""
 
     def __init__(self, path, name_map=None, pattern: str | None = None, params: dict | None = None,
-                 fmt_name: str = "foreign", token_dim=None):
+                 token_dim=None):
         self.path = os.fspath(path)
         self.unfinished: list[str] = []
         self.layout = lay.Layout(name_map, params, token_dim)
         sources = list_sources(self.path, pattern)
         _one_run(self.path, sources)
-        self.kind = _kind(sources, fmt_name)
+        self.kind = _kind(sources)
         rows = self._index(sources)
         _auto_token_dims(rows)
         if not rows:
@@ -161,9 +161,11 @@ def _order(src: Source) -> tuple:
         return (0,) + tuple(src.order)
 
 
-def _kind(sources: list[Source], fmt_name: str) -> str:
+def _kind(sources: list[Source]) -> str:
+    """'sglang dumper (pt)', 'files (safetensors, npz)', ...: how the dump was named and stored."""
+    schemes = sorted({s.scheme for s in sources})
     fmts = sorted({s.fmt for s in sources})
-    return f"{fmt_name} ({', '.join(fmts)})"
+    return f"{'+'.join(schemes)} ({', '.join(fmts)})"
 
 
 def _one_run(path: str, sources: list[Source]) -> None:

@@ -51,6 +51,7 @@ class Source:
     run: str  # files of one run share it
     order: tuple  # execution order within a step (dump index, then name)
     call: int | None = None  # given by a pattern; else counted in order
+    scheme: str = "files"  # how it was named: "sglang dumper", "pattern", "files"
 
 
 def list_sources(root: str, pattern: str | None = None) -> list[Source]:
@@ -150,7 +151,7 @@ def _sglang(root: str, path: str, parts: list[str], fmt: str, tags: dict) -> Sou
         extra.pop("layer_id")
     key = name + "".join(f".{k}={v}" for k, v in extra.items())
     order = (int(tags["dump_index"]) if tags.get("dump_index", "").isdigit() else 0, parts[-1])
-    return Source(path, fmt, key, step, rank, run, order)
+    return Source(path, fmt, key, step, rank, run, order, scheme="sglang dumper")
 
 
 def hook_name(name: str) -> str:
@@ -191,7 +192,7 @@ def _by_pattern(path: str, rel: str, fmt: str, regex: re.Pattern) -> Source:
         if v is not None and not v.isdigit():
             raise DumpError(f"{path}: pattern group {g!r} matched {v!r}, not a number")
         nums[g] = int(v) if v is not None else None
-    return Source(path, fmt, key, nums["step"] or 0, nums["rank"] or 0, "", (rel,), nums["call"])
+    return Source(path, fmt, key, nums["step"] or 0, nums["rank"] or 0, "", (rel,), nums["call"], "pattern")
 
 
 def _stem_key(rel: str) -> str:
