@@ -145,3 +145,12 @@ def test_import_of_a_bf16_safetensors_file_is_bit_exact(tmp_path):
     assert json.loads(r.stdout)["tensors"] == 1
     got = inkling_probe.open(tmp_path / "out").tensor("w")
     assert got.dtype == torch.bfloat16 and torch.equal(got.view(torch.int16), t.view(torch.int16))
+
+
+def test_bisect_oracle_reads_a_foreign_dump(pair):
+    from inkling_probe.bisect.oracle import compare_dumps
+
+    got = compare_dumps(pair["ref"], pair["folder"], None, {})
+    assert got == {"passed": False, "first_divergence": "layers.1.mlp.out", "culprit": "layers.1.mlp.out",
+                   "culprit_step": 0}
+    assert compare_dumps(pair["folder"], pair["imported"], None, {})["passed"]
