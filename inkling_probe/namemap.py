@@ -7,6 +7,8 @@ canonical probe names, so two implementations' dumps share keys.
     to = 'layers.\\1.attn.out\\2'   # re.expand template; "" drops the key
 
 Shipped maps live in ``inkling_probe/maps/<name>.toml`` and load by name (``NameMap.load("hf_inkling")``).
+Rules may also declare how a foreign dump's tensors combine (``shard``, ``dim``, ``token_dim``,
+``split``, ``shift``, and a ``[foreign]`` table): read when such a dump is opened, docs/INTEROP.md.
 """
 from __future__ import annotations
 
@@ -101,6 +103,9 @@ class NameMap:
         for rule in self.rules:
             m = rule.pattern.fullmatch(key)
             if m:
+                if "split" in rule.extra:
+                    raise SettingsError(f"{self.source}: rule {rule.pattern.pattern!r} splits {key!r} into parts: "
+                                        "give this map when the dump is read (docs/INTEROP.md)")
                 try:
                     out = m.expand(rule.to) or None
                 except (re.error, IndexError) as e:

@@ -6,6 +6,7 @@ A rule of a name map (namemap.py) may carry, besides ``match`` and ``to``:
     shard = "concat"            # "concat" (with dim), "partial" (sum) or "replicated"
     dim = -1                    # the concat dim
     token_dim = 0               # the token dim (-1: none; "auto"); default: [foreign] token_dim
+    shift = -1                  # added to group 1 (a layer number) before expanding ``to``
     split = { dim = -1, parts = ["q_proj", "k_proj", "v_proj"], ratio = ["q_heads", "kv_heads", "kv_heads"] }
     # or: split = { dim = 1, parts = ["gate", "up"], interleave = true }   (rows g0, u0, g1, u1, ...)
 

@@ -173,3 +173,12 @@ def test_engine_maps_leave_canonical_keys_alone(name):
     for key in ("embed", "layers.3.attn.q", "layers.3.attn.o_proj", "layers.3.mlp.experts", "layers.3.resid",
                 "model.layers.3.self_attn.q_proj", "norm", "logits"):
         assert nm.apply(key) == key, (name, key, nm.apply(key))
+
+
+def test_a_split_rule_is_refused_where_only_renames_apply():
+    """compare --map renames keys; a rule that splits a tensor only works when the dump is read."""
+    from inkling_probe.errors import SettingsError
+
+    nm = NameMap.load("sglang_inkling")
+    with pytest.raises(SettingsError, match="splits 'model.layers.2.attn.qkvr' into parts"):
+        nm.apply("model.layers.2.attn.qkvr")
