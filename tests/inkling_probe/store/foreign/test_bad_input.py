@@ -1,4 +1,5 @@
 """Bad foreign input: one line naming the culprit, exit 2; nothing in a pickle is ever executed."""
+import json
 import os
 import pickle
 
@@ -165,3 +166,14 @@ def test_bad_settings_file(tmp_path):
     torch.save(torch.ones(2), tmp_path / "a.pt")
     (tmp_path / "inkling_probe.toml").write_text('mapp = "x"\n')
     one_line_error(run("ls", tmp_path), "inkling_probe.toml", "unknown key 'mapp'")
+
+
+def test_ls_shows_an_undeclared_layout_as_such(tmp_path):
+    w = SGLangDumpWriter(tmp_path, world_size=2)
+    for rank in range(2):
+        w.dump("x", torch.ones(3, 2), rank=rank)
+    r = run("ls", tmp_path, "--json")
+    assert r.exit_code == 0, r.output
+    (row,) = json.loads(r.stdout)["tensors"]
+    assert row["shard"] == "undeclared" and row["shape"] == [3, 2]  # one rank's shape: never a guessed whole
+    assert "undeclared x2" in run("ls", tmp_path).stdout
