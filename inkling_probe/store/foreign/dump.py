@@ -66,10 +66,10 @@ class ForeignDump(Dump):
         for src in sorted(sources, key=lambda s: (s.step, _order(s), s.rank)):
             for item in describe(src.path, src.fmt):
                 raw = src.key if not item.name else (f"{src.key}.{item.name}" if src.key else item.name)
+                ident = (raw, src.step, src.rank)  # the n-th time this name was dumped in the step
+                call = src.call if src.call is not None else calls[ident]
+                calls[ident] += 1
                 for view in self.layout.views(raw):
-                    ident = (view.key, src.step, src.rank)
-                    call = src.call if src.call is not None else calls[ident]
-                    calls[ident] += 1
                     seq = seqs.setdefault((view.key, src.step, call), len(seqs))
                     rows.append(self._row(src, item, raw, view, call, seq))
         self._check_duplicates(rows)

@@ -177,3 +177,17 @@ def test_ls_shows_an_undeclared_layout_as_such(tmp_path):
     (row,) = json.loads(r.stdout)["tensors"]
     assert row["shard"] == "undeclared" and row["shape"] == [3, 2]  # one rank's shape: never a guessed whole
     assert "undeclared x2" in run("ls", tmp_path).stdout
+
+
+def test_two_names_mapped_to_one_key_are_refused_not_counted_as_calls(tmp_path):
+    w = SGLangDumpWriter(tmp_path / "d")
+    w.dump("a_out", torch.ones(2))
+    w.dump("b_out", torch.ones(2))
+    w.dump("a_out", torch.ones(2))  # a second call of a_out: fine
+    (tmp_path / "m.toml").write_text("[[rule]]\nmatch = '(a|b)_out'\nto = 'same'\n")
+    one_line_error(run("import", tmp_path / "d", tmp_path / "o", "--map", tmp_path / "m.toml"),
+                   "'a_out' and 'b_out' both read as key 'same'")
+    (tmp_path / "m.toml").write_text("[[rule]]\nmatch = 'a_out'\nto = 'same'\n")
+    from inkling_probe.store.foreign import open_foreign
+    d = open_foreign(tmp_path / "d", name_map=str(tmp_path / "m.toml"))
+    assert [r["call"] for r in d.index if r["key"] == "same"] == [0, 1]
