@@ -5,6 +5,8 @@ Exit status: 0 written, 2 bad input (one line naming it).
 """
 from __future__ import annotations
 
+import os
+
 import click
 
 from inkling_probe.cli.common import BadInput, emit_json
@@ -26,10 +28,12 @@ from inkling_probe.cli.common import BadInput, emit_json
 def command(src, dst, name_map, pattern, params, as_json):
     """Convert the foreign dump SRC into a new inkling-probe dump at DST."""
     from inkling_probe.errors import ProbeError
-    from inkling_probe.store.foreign import open_foreign
+    from inkling_probe.store.foreign import is_foreign, open_foreign
     from inkling_probe.store.foreign.convert import convert
 
     values = parse_params(params)
+    if os.path.lexists(src) and not is_foreign(src):
+        raise BadInput(f"{src}: already an inkling-probe dump (or not a file or folder to import)")
     try:
         dump = open_foreign(src, name_map=name_map, pattern=pattern, params=values or None)
         try:

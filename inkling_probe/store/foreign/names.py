@@ -56,6 +56,8 @@ class Source:
 
 def list_sources(root: str, pattern: str | None = None) -> list[Source]:
     """Every tensor file under ``root`` (a folder or one file) with its identity."""
+    if os.path.islink(root):
+        raise DumpError(f"{root}: a symbolic link; give the folder or file it points to")
     if os.path.isfile(root):
         fmt = _fmt(root)
         return [Source(root, fmt, "", 0, 0, "", (0,))]

@@ -191,3 +191,13 @@ def test_two_names_mapped_to_one_key_are_refused_not_counted_as_calls(tmp_path):
     from inkling_probe.store.foreign import open_foreign
     d = open_foreign(tmp_path / "d", name_map=str(tmp_path / "m.toml"))
     assert [r["call"] for r in d.index if r["key"] == "same"] == [0, 1]
+
+
+def test_import_of_our_own_dump_or_a_link(tmp_path):
+    import dumps
+
+    ours = dumps.write(tmp_path / "ours", [[("a", torch.ones(2))]])
+    one_line_error(run("import", ours, tmp_path / "o"), "already an inkling-probe dump")
+    torch.save(torch.ones(2), tmp_path / "a.pt")
+    os.symlink(tmp_path / "a.pt", tmp_path / "link.pt")
+    one_line_error(run("import", tmp_path / "link.pt", tmp_path / "o"), "link.pt")
