@@ -59,8 +59,9 @@ def _sglang(root):
             w.dump(f"{p}.attn.wo_ud.output", t["o"], rank=rank, layer_id=layer)
             w.dump(f"{p}.mlp_norm.output.1", t["resid_attn"], rank=rank, layer_id=layer)
             if layer == DENSE:
-                gu = torch.cat([_shard(t["gate"], rank), _shard(t["up"], rank)], -1)
+                gu = _interleave(_shard(t["gate"], rank), _shard(t["up"], rank))
                 w.dump(f"{p}.mlp.gate_up_proj.output", gu, rank=rank, layer_id=layer)
+                w.dump(f"{p}.mlp.down_proj.output", _partial(t["experts"], rank), rank=rank, layer_id=layer)
             else:
                 w.dump(f"{p}.mlp.experts.output", _partial(t["experts"], rank), rank=rank, layer_id=layer)
                 w.dump(f"{p}.mlp.shared_experts.output", _partial(t["shared"], rank), rank=rank, layer_id=layer)
@@ -117,6 +118,7 @@ EXPECT = {  # engine -> (key -> (truth name, layers))
                "layers.{L}.attn.o_proj": ("o", "all"), "layers.{L}.attn_norm": ("norm", "all"),
                "layers.{P}.resid": ("resid", "after0"), "layers.{L}.resid_attn": ("resid_attn", "all"),
                "model.layers.{L}.mlp.gate_proj": ("gate", "dense"), "model.layers.{L}.mlp.up_proj": ("up", "dense"),
+               "model.layers.{L}.mlp.down_proj": ("experts", "dense"),
                "layers.{L}.mlp.experts": ("experts", "moe"), "layers.{L}.mlp.shared": ("shared", "moe")},
     "vllm": {**{_hf("{L}", p): (k, "all") for p, k in (("q_proj", "q"), ("k_proj", "k"), ("v_proj", "v"), ("r", "r"))},
              "layers.{L}.attn.o_proj": ("o", "all"), "layers.{L}.attn_sconv": ("sconv", "all"),
