@@ -89,7 +89,7 @@ def _vllm(root):
             out["mlp.gate_up_proj"] = (_interleave(_shard(t["gate"], rank), _shard(t["up"], rank)), None)
         else:
             out["mlp.experts"] = _partial(t["experts"], rank)
-            out["mlp.shared_experts"] = _partial(t["shared"], rank)
+            out["mlp.sink_experts"] = _partial(t["shared"], rank)  # InklingMoE.sink_experts
         return out
     return {**_hooks(root, names), "map": "vllm_inkling"}
 
@@ -184,3 +184,31 @@ def test_a_split_rule_is_refused_where_only_renames_apply():
     nm = NameMap.load("sglang_inkling")
     with pytest.raises(SettingsError, match="splits 'model.layers.2.attn.qkvr' into parts"):
         nm.apply("model.layers.2.attn.qkvr")
+
+
+def test_expert_weight_layouts_meet_the_native_checkpoint(tmp_path):
+    """Routed experts' w13 as the native checkpoint stores it (interleaved [E, 2I, H]), as SGLang's bf16
+    FusedMoE holds it per rank (interleaved slices) and as vLLM's does ([gate_r ; up_r], de-interleaved):
+    all three read as the same w1 (gate), w3 (up) and w2."""
+    from safetensors.torch import save_file
+
+    E, I, Hd = 4, 6, 5
+    gate, up, w2 = _t(E, I, Hd, seed=1), _t(E, I, Hd, seed=2), _t(E, Hd, I, seed=3)
+    native = torch.stack([gate, up], dim=2).reshape(E, 2 * I, Hd)  # rows g0, u0, g1, u1, ...
+    save_file({"model.llm.layers.3.mlp.experts.w13_weight": native,
+               "model.llm.layers.3.mlp.experts.w2_weight": w2.contiguous()}, tmp_path / "ck.safetensors")
+    w = SGLangDumpWriter(tmp_path / "sglang", world_size=TP)
+    for rank in range(TP):
+        g, u = _shard(gate, rank, 1), _shard(up, rank, 1)
+        w.dump("param__model.layers.3.mlp.experts.w13_weight", torch.stack([g, u], 2).reshape(E, -1, Hd), rank=rank)
+        w.dump("param__model.layers.3.mlp.experts.w2_weight", _shard(w2, rank, 2), rank=rank)
+        os.makedirs(tmp_path / "vllm" / f"rank{rank}", exist_ok=True)
+        torch.save(torch.cat([g, u], 1), tmp_path / "vllm" / f"rank{rank}" / "model.layers.3.mlp.experts.w13_weight.pt")
+        torch.save(_shard(w2, rank, 2), tmp_path / "vllm" / f"rank{rank}" / "model.layers.3.mlp.experts.w2_weight.pt")
+    dumps = [open_foreign(tmp_path / "ck.safetensors", name_map="inkling_native"),
+             open_foreign(tmp_path / "sglang", name_map="sglang_inkling"),
+             open_foreign(tmp_path / "vllm", name_map="vllm_inkling", pattern=r"rank(?P<rank>\d+)/(?P<key>.+)\.pt")]
+    for d in dumps:
+        for key, want in (("layers.3.mlp.experts.w1", gate), ("layers.3.mlp.experts.w3", up), ("layers.3.mlp.experts.w2", w2)):
+            np.testing.assert_array_equal(d.array(key), want.numpy(), err_msg=f"{d.path} {key}")
+            assert d.rows(key)[0]["token_dim"] == -1
