@@ -1,6 +1,7 @@
 """``inkling-probe import``: a foreign dump written into our store compares exactly as the folder read
 directly does, and its values, layouts and steps survive bit for bit."""
 import json
+import os
 
 import numpy as np
 import pytest
@@ -154,3 +155,23 @@ def test_bisect_oracle_reads_a_foreign_dump(pair):
     assert got == {"passed": False, "first_divergence": "layers.1.mlp.out", "culprit": "layers.1.mlp.out",
                    "culprit_step": 0}
     assert compare_dumps(pair["folder"], pair["imported"], None, {})["passed"]
+
+
+def test_import_keeps_steps_and_calls(tmp_path):
+    w = SGLangDumpWriter(tmp_path / "d", world_size=2)
+    for step in range(3):
+        for rank in range(2):
+            for call in range(2):
+                w.dump("layer_0_attn_out", torch.full((2, 3), 10.0 * step + call + rank / 10), rank=rank, step=step)
+    (tmp_path / "m.toml").write_text(MAP)
+    r = CliRunner().invoke(group, ["import", str(tmp_path / "d"), str(tmp_path / "o"), "--map", str(tmp_path / "m.toml")])
+    assert r.exit_code == 0, r.output
+    folder = open_foreign(tmp_path / "d", name_map=str(tmp_path / "m.toml"))
+    store = inkling_probe.open(tmp_path / "o")
+    assert store.steps("layers.0.attn.out") == [0, 1, 2]
+    for step in range(3):
+        for call in range(2):
+            got = store.array("layers.0.attn.out", step, call=call)
+            np.testing.assert_array_equal(got, folder.array("layers.0.attn.out", step, call=call))
+            assert got[0, 0] == np.float32(10.0 * step + call) and got[0, 3] == np.float32(10.0 * step + call + 0.1)
+    assert len([n for n in os.listdir(tmp_path / "o") if n.endswith(".h5")]) == 6  # a segment per rank per step
