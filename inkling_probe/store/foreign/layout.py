@@ -43,7 +43,7 @@ _GROUP_REF = re.compile(r"\\(\d+)|\\g<(\d+)>")
 
 @dataclass(frozen=True)
 class Part:
-    """A slice of a source shard: part ``index`` of ``count`` along ``dim``."""
+    """A slice of one rank's shard: part ``index`` of ``len(ratio)`` along ``dim``."""
 
     dim: int
     index: int
