@@ -175,3 +175,11 @@ def test_import_keeps_steps_and_calls(tmp_path):
             np.testing.assert_array_equal(got, folder.array("layers.0.attn.out", step, call=call))
             assert got[0, 0] == np.float32(10.0 * step + call) and got[0, 3] == np.float32(10.0 * step + call + 0.1)
     assert len([n for n in os.listdir(tmp_path / "o") if n.endswith(".h5")]) == 6  # a segment per rank per step
+
+
+def test_report_from_a_foreign_dump(pair, tmp_path):
+    r = CliRunner().invoke(group, ["report", pair["ref"], pair["folder"], "-o", str(tmp_path / "rep")])
+    assert r.exit_code in (0, 1), r.output
+    summary = json.loads((tmp_path / "rep" / "summary.json").read_text())
+    assert "layers.1.mlp.out" in json.dumps(summary)
+    assert (tmp_path / "rep" / "slice.h5").exists()
