@@ -1,6 +1,6 @@
 """Which files a foreign dump holds and who recorded each: key, step, rank, call and run, from names.
 
-Three naming schemes (docs/INTEROP.md):
+Four naming schemes (docs/INTEROP.md):
 
 - SGLang's dumper (``sglang.srt.debug_utils.dumper``): file names are ``k=v`` tags joined by ``___``.
   Older versions write ``forward_pass_id=<step>___name=<name>___<tags>.pt`` into one folder per
@@ -10,6 +10,8 @@ Three naming schemes (docs/INTEROP.md):
   already in the name is dropped); calls of one key in a step are told apart by dump order. Names its
   non-intrusive forward hooks give (``non_intrusive__<module>.output.0``) read as our own hooks name
   them (``<module>.0``, inputs ``<module>.in.0``), so transformers' module paths meet hf_inkling.
+- SGLang's per-module forward-hook dumps: ``TP<t>_PP<p>_Rank<r>_pid<n>/Pass<NNNNN>.pt``, each a dict
+  of module path -> output for one forward pass.
 - A pattern (``pattern=``): a regex over each file's path inside the folder with named groups
   ``key`` (else the path without extension, ``/`` -> ``.``), ``step``, ``rank``, ``call``.
 - Anything else: the key is the path inside the folder without extension (``/`` -> ``.``), step 0,
@@ -34,6 +36,8 @@ MAX_DEPTH = 4
 MAX_FILES = 1_000_000
 EXTENSION = re.compile(r"\.(?:pt|pth|bin|safetensors|npz|npy)$")  # cut from names (a module path has dots)
 LEGACY_DIR = re.compile(r"^sglang_dump_(.+)_(\d+)$")
+HOOK_DIR = re.compile(r"^TP(\d+)_PP(\d+)_Rank(\d+)_pid(\d+)$")  # SGLang's tensor_dump_forward_hook
+HOOK_FILE = re.compile(r"^Pass(\d+)\.pt$")
 HOOK_PREFIX = "non_intrusive__"
 _BOOKKEEPING = {"forward_pass_id", "step", "rank", "dump_index", "name", "recompute_status",
                 "pp_rank", "tp_rank", "cp_rank", "ep_rank", "etp_rank"}
@@ -119,7 +123,23 @@ def _identify(root: str, rel: str, regex: re.Pattern | None) -> Source:
     tags = parse_tags(parts[-1])
     if tags is not None and "name" in tags:
         return _sglang(root, path, parts, fmt, tags)
+    hooks = _sglang_hooks(root, path, parts, fmt)
+    if hooks is not None:
+        return hooks
     return Source(path, fmt, _stem_key(rel), 0, 0, "", (rel,))
+
+
+def _sglang_hooks(root: str, path: str, parts: list[str], fmt: str) -> Source | None:
+    """SGLang's per-module forward-hook dump (``--debug-tensor-dump-output-folder``): one folder per
+    rank, ``TP<t>_PP<p>_Rank<r>_pid<n>/``, one ``Pass<NNNNN>.pt`` per forward holding ``{module path:
+    output}``; the rank is ``Rank``, the step the pass, the keys the module paths."""
+    m = HOOK_FILE.match(parts[-1])
+    folder = parts[-2] if len(parts) > 1 else os.path.basename(os.path.normpath(root))
+    d = HOOK_DIR.match(folder)
+    if m is None or d is None:
+        return None
+    run = os.sep.join(parts[:-2])
+    return Source(path, fmt, "", int(m[1]), int(d[3]), run, (int(m[1]),), scheme="sglang forward hooks")
 
 
 def parse_tags(filename: str) -> dict | None:

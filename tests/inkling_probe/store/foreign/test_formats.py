@@ -163,3 +163,21 @@ def test_read_side_does_not_import_torch_for_safetensors_npz(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_sglang_forward_hook_dump(tmp_path):
+    """SGLang's tensor_dump_forward_hook: TP<t>_PP<p>_Rank<r>_pid<n>/Pass<NNNNN>.pt, {module: output}."""
+    for rank in range(2):
+        folder = tmp_path / f"TP{rank}_PP0_Rank{rank}_pid{4000 + rank}"
+        folder.mkdir()
+        for step in range(2):
+            torch.save({"model.layers.0.self_attn.o_proj": torch.full((3, 4), 10.0 * step + rank),
+                        "model.layers.0.mlp.gate": [torch.ones(3, 2), torch.zeros(3, 2)]},
+                       folder / f"Pass{step:05d}.pt")
+    nm = NameMap.from_toml("[[rule]]\nmatch = 'model\\.layers\\.(\\d+)\\.self_attn\\.o_proj'\n"
+                           "to = 'layers.\\1.attn.o_proj'\nshard = 'partial'\n")
+    d = open_foreign(tmp_path, name_map=nm)
+    assert d.world_size == 2 and d.kind.startswith("sglang forward hooks")
+    assert d.steps("layers.0.attn.o_proj") == [0, 1]
+    np.testing.assert_array_equal(d.array("layers.0.attn.o_proj", 1), np.full((3, 4), 21.0))
+    assert {"model.layers.0.mlp.gate.0", "model.layers.0.mlp.gate.1"} <= set(d.keys())
