@@ -201,3 +201,17 @@ def test_import_of_our_own_dump_or_a_link(tmp_path):
     torch.save(torch.ones(2), tmp_path / "a.pt")
     os.symlink(tmp_path / "a.pt", tmp_path / "link.pt")
     one_line_error(run("import", tmp_path / "link.pt", tmp_path / "o"), "link.pt")
+
+
+@pytest.mark.parametrize("kind", ["npy", "npz"])
+def test_object_arrays_are_never_unpickled(tmp_path, kind):
+    marker = tmp_path / "pwned"
+    arr = np.empty(1, dtype=object)
+    arr[0] = _Payload(marker)
+    (tmp_path / "d").mkdir()
+    if kind == "npy":
+        np.save(tmp_path / "d" / "evil.npy", arr, allow_pickle=True)
+    else:
+        np.savez(tmp_path / "d" / "evil.npz", x=arr)
+    one_line_error(run("ls", tmp_path / "d"), "evil.np")
+    assert not marker.exists()
