@@ -160,8 +160,13 @@ def _np_dtype_name(path: str, dtype: np.dtype) -> str:
 
 
 def _describe_npy(path: str) -> list[Item]:
-    a = np.load(path, mmap_mode="r", allow_pickle=False)
-    return [Item("", tuple(a.shape), _np_dtype_name(path, a.dtype))]
+    with open(path, "rb") as fh:  # the header alone
+        version = np.lib.format.read_magic(fh)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read(fh)
+    if dtype.hasobject:
+        raise DumpError(f"{path}: holds Python objects (a pickle); refused: only numeric arrays are read")
+    return [Item("", tuple(shape), _np_dtype_name(path, dtype))]
 
 
 def _load_npy(path: str, name: str) -> np.ndarray:
@@ -170,7 +175,12 @@ def _load_npy(path: str, name: str) -> np.ndarray:
 
 def _describe_npz(path: str) -> list[Item]:
     with np.load(path, allow_pickle=False) as z:
-        return [Item(n, tuple(z[n].shape), _np_dtype_name(path, z[n].dtype)) for n in z.files]
+        try:
+            return [Item(n, tuple(z[n].shape), _np_dtype_name(path, z[n].dtype)) for n in z.files]
+        except ValueError as e:
+            if "allow_pickle" not in str(e):
+                raise
+            raise DumpError(f"{path}: holds Python objects (a pickle); refused: only numeric arrays are read") from None
 
 
 def _load_npz(path: str, name: str) -> np.ndarray:
