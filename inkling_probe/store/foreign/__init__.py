@@ -38,6 +38,9 @@ def open_foreign(path, name_map=None, pattern: str | None = None, params: dict |
     path = os.fspath(path)
     if not os.path.lexists(path):
         raise DumpError(f"{path}: no such file or directory")
+    if _is_ours(path):
+        raise DumpError(f"{path}: an inkling-probe dump; name_map=, pattern=, params= read foreign dumps "
+                        "(compare's name map renames the keys of ours)")
     settings = read_settings(path)
     spec = name_map if name_map is not None else settings.get("map")
     if isinstance(spec, str) and settings.get("map") == spec and not os.path.isabs(spec) and \
@@ -67,6 +70,18 @@ def is_foreign(path) -> bool:
         except OSError:
             return False
     return False
+
+
+def _is_ours(path: str) -> bool:
+    """A folder holding our segment (or lock) files, or one HDF5 segment file."""
+    from inkling_probe.store import schema
+    from inkling_probe.store.foreign.sniff import sniff
+
+    if os.path.islink(path):
+        return False
+    if os.path.isdir(path):
+        return any(schema.parse_segment_name(n) or schema.LOCK_RE.match(n) for n in os.listdir(path))
+    return os.path.isfile(path) and sniff(path) == "hdf5"
 
 
 def read_settings(path: str) -> dict:

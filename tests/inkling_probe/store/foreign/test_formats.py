@@ -181,3 +181,11 @@ def test_sglang_forward_hook_dump(tmp_path):
     assert d.steps("layers.0.attn.o_proj") == [0, 1]
     np.testing.assert_array_equal(d.array("layers.0.attn.o_proj", 1), np.full((3, 4), 21.0))
     assert {"model.layers.0.mlp.gate.0", "model.layers.0.mlp.gate.1"} <= set(d.keys())
+
+
+def test_foreign_options_on_our_own_dump_say_so(tmp_path):
+    import dumps
+
+    path = dumps.write(tmp_path / "ours", [[("a", torch.ones(2))]])
+    with pytest.raises(DumpError, match="an inkling-probe dump; name_map="):
+        inkling_probe.open(path, name_map="sglang_inkling")
