@@ -54,7 +54,7 @@ def explain(ref, cand, context: Context | None = None, **fields) -> list[Finding
     if p.rel <= ctx.noise:
         return found
     if p.stats.rr == 0:  # a zero reference: nothing relative to it can hold; say what is there instead
-        return found + [nonzero(p)] + confined(p)
+        return found + [f for f in (nonzero(p),) if f is not None] + confined(p)
     ratio = constant_ratio(p)
     found += [f for f in (ratio, layout_permutation(p), sequence_shift(p), rounding(p), row_ratio(p, ratio is not None),
                           channel_ratio(p, ratio is not None), channel_offset(p), saturation(p)) if f is not None]

@@ -87,3 +87,14 @@ def test_hash_only_dumps_say_they_trusted_the_hashes(tmp_path):
     row = compare(a, b).row("layers.0.h")
     assert row.status == "exact" and "hashes alone" in row.note
     assert np.isfinite(row.score)
+
+
+def test_a_zero_reference_against_a_nan_is_explained_without_error():
+    from inkling_probe.compare import explain
+
+    r, c = np.zeros((4, 8)), np.zeros((4, 8))
+    c[1, 2] = np.nan
+    found = explain(r, c, noise=1e-3)
+    assert [f.kind for f in found][0] == "nonfinite" and "nonzero" not in {f.kind for f in found}
+    c[1, 2], c[2, 0] = 0.0, -3.0
+    assert "nonzero" in {f.kind for f in explain(r, c, noise=1e-3)}
