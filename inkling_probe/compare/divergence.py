@@ -29,9 +29,17 @@ A routing decision is never born from diverged inputs (a flip is then a conseque
 near-tie flips (those are the router's input noise; measure them, don't blame them). With a
 control the allowance is K x the control's error at the key, so an op that amplifies its input
 error (a renormalisation, a softmax) amplifies the control's error alike: its jump stays ~1 and
-it is not blamed. Culprits are ranked: the born-from-clean-inputs rows in execution order (the
-earliest step first: across decode steps error is born where it first shows, not where it is
-largest), then the independent ones by jump. ``jump`` is kept as a column, not as the rule.
+it is not blamed.
+
+Where the feeders are guessed, a diverged row whose error holds an exact relation to the reference
+(constant ratio, permutation, rows or channels confined) that none of its tainted feeders shows is its
+own culprit, whatever its jump (``born = "own_relation"``, compare/relations.py: it reads data, so
+the engine runs it after :func:`attribute`).
+
+Culprits are ranked: the rows born from clean inputs, below their allowance or by their own relation
+in execution order (the earliest step first: across decode steps error is born where it first shows,
+not where it is largest), then the independent ones by jump. ``jump`` is kept as a column, not as
+the rule.
 """
 from __future__ import annotations
 
@@ -108,7 +116,7 @@ def first_divergence(rows: list[Row]) -> Row | None:
 
 def culprits(rows: list[Row]) -> list[Row]:
     """Every born row, ranked (module docstring)."""
-    clean = [r for r in rows if r.born in ("clean_inputs", "below_allowance")]
+    clean = [r for r in rows if r.born in ("clean_inputs", "below_allowance", "own_relation")]
     independent = sorted((r for r in rows if r.born == "independent"), key=lambda r: -r.jump)
     return clean + independent
 
