@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from inkling_probe.compare.divergence import DECAY
+from inkling_probe.compare.divergence import DECAY, feeders_of
 from inkling_probe.compare.report import Report, Row, join_notes
 
 MAX_EXAMINED = 32  # diverged rows explained per compare, in execution order
@@ -45,13 +45,12 @@ def mark(report: Report, dumps: dict, ents: dict, walker) -> list[Row]:
         return []
     from inkling_probe.compare.diagnose import explain_row
 
-    index = {(r.key, r.step): r for r in report.rows}
     tp = tuple(sorted({d.world_size for d in dumps.values() if d is not None}))
     marked, examined = [], 0
-    for row in report.rows:
+    for row, feeders in feeders_of(report.rows):  # every guessed feeder, not only the 8 the row lists
         if not _candidate(row) or not _screened(row):
             continue
-        tainted = [f for f in _feeders(row, index) if f.status != "skipped" and f.score >= DECAY]
+        tainted = [f for f in feeders if f.status != "skipped" and f.score >= DECAY]
         if not tainted:
             continue
         examined += 1
@@ -102,15 +101,6 @@ def _rows_off(errors, allowance: float) -> list[int] | None:
     e = np.asarray(errors)
     bad = np.flatnonzero(e > MARGIN * allowance)
     return bad.tolist() if 0 < len(bad) <= len(e) // 2 else None
-
-
-def _feeders(row: Row, index: dict) -> list[Row]:
-    out = []
-    for key in row.feeders:
-        f = index.get((key, row.step)) or index.get((key, row.step - 1))
-        if f is not None:
-            out.append(f)
-    return out
 
 
 def _holds(f, masked: bool) -> bool:
