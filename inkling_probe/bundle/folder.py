@@ -171,11 +171,24 @@ def _portable(doc: dict, dumps: dict) -> dict:
     """The document with dump paths reduced to folder names and ``culprits`` always present."""
     from inkling_probe.cli.common import _json_default, _sanitize  # the same JSON as `compare --json`
 
-    text = json.dumps(_sanitize(doc), default=_json_default)
+    forms = {}
     for side in ("ref", "cand", "control"):
         for path in {doc.get(side), getattr(dumps.get(side), "path", None)} - {None, ""}:
             for form in {str(path), os.path.abspath(str(path))}:
-                text = text.replace(json.dumps(form)[1:-1], name(form))
-    out = json.loads(text)
+                forms[form] = name(form)
+    longest_first = sorted(forms, key=len, reverse=True)
+
+    def short(value):  # every string of the document, wherever it is: structure, never text
+        if isinstance(value, str):
+            for form in longest_first:
+                value = value.replace(form, forms[form])
+            return value
+        if isinstance(value, dict):
+            return {short(k): short(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [short(v) for v in value]
+        return value
+
+    out = short(json.loads(json.dumps(_sanitize(doc), default=_json_default)))
     out.setdefault("culprits", culprits(out))
     return out
