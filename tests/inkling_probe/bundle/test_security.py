@@ -26,6 +26,11 @@ HOSTILE = 'layers.0.x"+str(open("' + MARKER + '","w"))+"'  # no '/': the store r
 VENV_BIN = os.path.dirname(sys.executable)
 
 
+def marked(root) -> list:
+    """Marker files anywhere under ``root`` (repro.sh runs in its own folder, extract where it is called)."""
+    return list(root.rglob(MARKER))
+
+
 def record(path, key, value, argv=None, monkeypatch=None):
     """A one-key dump; ``argv`` is what its run records as its command line."""
     if argv is not None:
@@ -56,17 +61,17 @@ def test_a_key_name_runs_no_code_in_report_or_extract(hunt, tmp_path, monkeypatc
     ref, cand = pair(tmp_path, HOSTILE, monkeypatch)
     res = CliRunner().invoke(group, ["report", ref, cand, "--ckpt", hunt["ck"], "-o", str(tmp_path / "rep")])
     assert res.exit_code == 0, res.output
-    assert not (tmp_path / MARKER).exists()
+    assert not marked(tmp_path)
     res = CliRunner().invoke(group, ["extract", str(tmp_path / "rep"), "-o", str(tmp_path / "again.py")])
     assert res.exit_code == 0, res.output
-    assert not (tmp_path / MARKER).exists()
+    assert not marked(tmp_path)
     template = (tmp_path / "rep" / "test_repro.py").read_text()
     assert HOSTILE not in template and (tmp_path / "again.py").read_text() == template
     assert json.loads((tmp_path / "again.json").read_text())["key"] == HOSTILE  # the key is data
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "again.py"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert res.returncode == 1 and "rel_rms" in res.stdout, res.stdout[-500:]
-    assert not (tmp_path / MARKER).exists()
+    assert not marked(tmp_path)
 
 
 def test_a_key_holding_a_quote_extracts(tmp_path, monkeypatch):
@@ -81,27 +86,28 @@ def test_a_multiline_recorded_argument_stays_in_its_comment(tmp_path, monkeypatc
     argv = ["inkling-probe", "run", "--prompt", f"hello\ntouch {MARKER}\n", "--dump", "/abs/$(touch x)/d"]
     ref, cand = pair(tmp_path, "layers.0.mlp", monkeypatch, argv)
     assert CliRunner().invoke(group, ["report", ref, cand, "-o", str(tmp_path / "rep")]).exit_code == 0
+    res = run_repro(tmp_path / "rep", tmp_path, work=tmp_path)
+    assert not marked(tmp_path)
+    assert res.returncode == 0, res.stdout[-800:] + res.stderr[-800:]
     script = (tmp_path / "rep" / "repro.sh").read_text()
     assert "$'hello\\ntouch " + MARKER + "\\n'" in script  # shown encoded, on the comment line
-    res = run_repro(tmp_path / "rep", tmp_path, work=tmp_path)
-    assert res.returncode == 0, res.stdout[-800:] + res.stderr[-800:]
-    assert not (tmp_path / MARKER).exists()
 
 
-def test_a_command_substitution_in_a_saved_json_dump_path_stays_a_word(tmp_path, monkeypatch):
+@pytest.mark.parametrize("side, path", [("ref", f"/elsewhere/$(touch {MARKER})"),
+                                        ("cand", f'/elsewhere/"; touch {MARKER}; echo "')])
+def test_a_command_substitution_in_a_saved_json_dump_path_stays_a_word(tmp_path, monkeypatch, side, path):
     ref, cand = pair(tmp_path, "layers.0.mlp", monkeypatch)
     from inkling_probe.compare import compare
 
     doc = compare(ref, cand).to_dict()
-    doc["ref"] = f"/elsewhere/$(touch {MARKER})"
-    doc["cand"] = f'/elsewhere/"; touch {MARKER}; echo "'
+    doc[side] = path
     saved = tmp_path / "saved.json"
     saved.write_text(json.dumps(doc))
     res = CliRunner().invoke(group, ["report", str(saved), "--map", f"`touch {MARKER}`", "-o", str(tmp_path / "rep")])
     assert res.exit_code == 0, res.output
     res = run_repro(tmp_path / "rep", tmp_path, work=tmp_path)  # WORK set: the compare line runs
+    assert not marked(tmp_path)
     assert "compare exited 2" in res.stdout, res.stdout[-800:] + res.stderr[-800:]  # the words name no dump
-    assert not (tmp_path / MARKER).exists()
 
 
 def test_no_write_through_a_planted_link(hunt, tmp_path):
