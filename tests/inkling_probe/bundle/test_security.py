@@ -181,3 +181,12 @@ def test_damaged_documents_are_one_line_exit_2(tmp_path, monkeypatch):
     res = CliRunner().invoke(group, ["extract", str(tmp_path / "rep"), "-o", str(tmp_path / "z.py")])
     assert res.exit_code == 2 and "repro.json" in res.output
     shutil.rmtree(tmp_path / "rep")
+    wd = tmp_path / "bisect"
+    wd.mkdir()
+    for n, state in enumerate([{"kind": "layers", "answer": "layers.3"}, {"kind": "layers", "answer": {"layer": ["a"]}},
+                               {"kind": "layers", "answer": {"layer": "../../x"}}, {"kind": ["layers"]},
+                               {"kind": "layers", "workdir": 5, "answer": {"layer": "layers.3"}}]):
+        (wd / "state.json").write_text(json.dumps(state))
+        for source in (wd, wd / "state.json"):
+            res = CliRunner().invoke(group, ["report", str(source), "-o", str(tmp_path / f"b{n}")])
+            assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, (state, res.output)
