@@ -115,8 +115,8 @@ def _settings(run: dict) -> list[str]:
             out.append(f"# {var}: its value holds a control character or was redacted; see repro.json")
         else:
             out.append(f"export {var}={shlex.quote(value)}")
-    if unset:
-        out.append("unset " + " ".join(unset))
+    for i in range(0, len(unset), 4):
+        out.append("unset " + " ".join(unset[i:i + 4]))
     missing = s.get("not_recorded") or []
     if missing:
         out.append("# not recorded by the dump, left as this shell has them: " + " ".join(m for m in missing if _VAR.match(m)))
@@ -147,9 +147,15 @@ def _recorded(dumps: dict) -> list[str]:
     if not recorded:
         return []
     out = ["# how each dump was recorded (the command lines saved in the dumps; control characters escaped)"]
-    out += [f"#   {s}: " + " ".join([encoded(os.path.basename(argv[0]))] + [portable(a, comment=True) for a in argv[1:]])
+    out += [f"#   {s}: " + " ".join([encoded(_program(argv[0]))] + [portable(a, comment=True) for a in argv[1:]])
             for s, argv in recorded]
     return out + [""]
+
+
+def _program(argv0: str) -> str:
+    """The recorded program's name: ``inkling-probe`` for ``python -m inkling_probe.cli``."""
+    parts = os.path.normpath(argv0).split(os.sep)
+    return "inkling-probe" if parts[-3:] == ["inkling_probe", "cli", "__main__.py"] else os.path.basename(argv0)
 
 
 def _comment(text: str) -> str:
