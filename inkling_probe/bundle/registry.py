@@ -45,12 +45,13 @@ def matches(name: str, reg: dict[str, str]) -> bool:
 
 
 def settings(env: dict | None, reg: dict[str, str] | None = None) -> dict:
-    """``{"values": {name: value or None (unset)}, "registry": reg, "not_recorded": [...]}`` for a
-    run whose recorded environment is ``env`` (None: the dump recorded none)."""
+    """``{"values": {name: value or None (unset)}, "registry": reg, "not_recorded": [...],
+    "recorded": bool}`` for a run whose recorded environment is ``env`` (None: the dump recorded
+    none; then nothing is known, ``values`` is empty and the repro leaves the shell's own)."""
     reg = registry() if reg is None else reg
     recorded = env is not None
     env = {str(k): str(v) for k, v in (env or {}).items()}
-    values = {n: env.get(n) for n in sorted(reg) if not n.endswith("*") and _NAME.match(n)}
+    values = {n: env.get(n) for n in sorted(reg) if not n.endswith("*") and _NAME.match(n)} if recorded else {}
     values.update({n: v for n, v in sorted(env.items()) if matches(n, reg)})
     missing = sorted(n for n in reg if _NAME.match(n) and not n.startswith(RECORDED_PREFIXES))
     return {"values": dict(sorted(values.items())), "registry": reg, "not_recorded": missing,

@@ -17,3 +17,8 @@ def test_the_toolkit_sees_them_through_the_entry_point():
     assert s["values"]["INKLING_FAULT"] == "raw_input_amax"
     assert s["values"]["INKLING_BF16_LAYERS"] is None  # registered, unset in the run: unset in the repro
     assert "INKLING_PROBE" not in s["values"] and "HOME" not in s["values"]  # recording, not computing
+
+
+def test_a_run_that_recorded_no_environment_sets_nothing():
+    s = registry.settings(None)
+    assert s["values"] == {} and s["recorded"] is False  # unknown: neither set nor unset by the repro
