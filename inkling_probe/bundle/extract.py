@@ -104,7 +104,8 @@ def _load(report_dir: str) -> tuple[dict, str, dict]:
     summary, slice_path = os.path.join(folder, "summary.json"), os.path.join(folder, "slice.h5")
     for path in (summary, slice_path):
         if not os.path.isfile(path):
-            raise ProbeError(f"{report_dir}: no {os.path.basename(path)} (pass a folder written by `inkling-probe report`)")
+            raise ProbeError(f"{report_dir}: no {os.path.basename(path)} "
+                             "(pass a folder written by `inkling-probe report`)")
     doc = document.check(load_json(summary), summary)
     repro = os.path.join(folder, "repro.json")
     run = load_json(repro) if os.path.isfile(repro) else {}
@@ -145,7 +146,8 @@ def _tensors(slice_path: str, key: str, step: int) -> tuple[dict, list[str]]:
     except ProbeError:
         raise
     except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
-        raise ProbeError(f"{slice_path}: not readable ({str(e).splitlines()[0][:80] if str(e) else type(e).__name__})") from None
+        why = str(e).splitlines()[0][:80] if str(e) else type(e).__name__
+        raise ProbeError(f"{slice_path}: not readable ({why})") from None
     return tensors, inputs
 
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import re
 from importlib.metadata import entry_points
 
-GROUP = "inkling_probe.computation_env"
+from inkling_probe.plugins import COMPUTATION_ENV as GROUP
+
 RECORDED_PREFIXES = ("INKLING_", "NCCL_", "CUDA_")  # what the recorder keeps of a run's environment
 GENERIC = {
     "NCCL_ALGO": "NCCL's all-reduce algorithm (ring/tree): the summation order",
@@ -32,7 +33,8 @@ def registry() -> dict[str, str]:
         try:
             found = ep.load()()
         except Exception as e:  # noqa: BLE001 - a broken plug-in is named, not fatal to the report
-            out[f"<{ep.name}>"] = f"plug-in {ep.value} failed: {str(e).splitlines()[0][:80] if str(e) else type(e).__name__}"
+            why = str(e).splitlines()[0][:80] if str(e) else type(e).__name__
+            out[f"<{ep.name}>"] = f"plug-in {ep.value} failed: {why}"
             continue
         for name, why in dict(found).items():
             if isinstance(name, str) and _NAME.match(name):

@@ -74,7 +74,8 @@ def script(doc: dict, dumps: dict, slice_keys: list[str], name_map: str | None =
         for c in culprits(doc)[:3]:
             for side in ("ref", "cand"):
                 if f"{side}/{c['key']}" in slice_keys:
-                    lines.append(f"inkling-probe show slice.h5 {_quote(side + '/' + c['key'])} --step {int(c.get('step', 0))}")
+                    step = int(c.get("step", 0))
+                    lines.append(f"inkling-probe show slice.h5 {_quote(side + '/' + c['key'])} --step {step}")
         lines.append("")
     lines += _compare(doc, dumps, name_map)
     lines += _recorded(dumps)
@@ -119,7 +120,8 @@ def _settings(run: dict) -> list[str]:
         out.append("unset " + " ".join(unset[i:i + 4]))
     missing = s.get("not_recorded") or []
     if missing:
-        out.append("# not recorded by the dump, left as this shell has them: " + " ".join(m for m in missing if _VAR.match(m)))
+        names = " ".join(m for m in missing if _VAR.match(m))
+        out.append(f"# not recorded by the dump, left as this shell has them: {names}")
     return out + [""]
 
 
@@ -128,7 +130,7 @@ def _compare(doc: dict, dumps: dict, name_map: str | None) -> list[str]:
     for s in ("ref", "cand", "control"):
         if s not in sides and doc.get(s):
             sides[s] = name(doc[s])
-    words = ["inkling-probe", "compare", '"$WORK"/' + _quote(sides.get("ref", "-")), '"$WORK"/' + _quote(sides.get("cand", "-"))]
+    words = ["inkling-probe", "compare"] + ['"$WORK"/' + _quote(sides.get(s, "-")) for s in ("ref", "cand")]
     if doc.get("control"):
         words += ["--control", '"$WORK"/' + _quote(sides.get("control", "-"))]
     if name_map:

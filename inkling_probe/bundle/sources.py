@@ -46,7 +46,8 @@ def bisect_dumps(path: str) -> dict[str, str]:
     if "kind" not in doc:
         raise ProbeError(f"{path}: JSON, but neither a compare result (compare --json) nor a bisect result")
     if doc.get("kind") != "layers":
-        raise ProbeError(f"{path}: a report reads `bisect layers` results; this is bisect {str(doc.get('kind'))[:40]!r}")
+        kind = str(doc.get("kind"))[:40]
+        raise ProbeError(f"{path}: a report reads `bisect layers` results; this is bisect {kind!r}")
     if not isinstance(workdir, str):
         raise ProbeError(f"{path}: workdir is not a string")
     answer = doc.get("answer") or {}
