@@ -10,24 +10,26 @@ import math
 
 from inkling_probe.errors import ProbeError
 
-_NUMBERS = ("error", "threshold", "floor", "score", "jump", "ratio")
-_TEXTS = ("against", "ref_key", "cand_key", "status", "note", "ref_dtype", "cand_dtype", "name")
+_NUMBERS = ("error", "threshold", "floor", "score", "jump")  # the fields the views and the bundle read
+_TEXTS = ("against", "ref_key", "cand_key", "status", "note", "ref_dtype", "cand_dtype")
 
 
 def check(doc, where: str) -> dict:
     """``doc`` itself when it has the compare document's shape; else :class:`ProbeError`."""
     if not isinstance(doc, dict):
         raise ProbeError(f"{where}: not a JSON object")
-    for side in ("ref", "cand", "control", "metric"):
+    for side in ("ref", "cand", "control"):
         _text(doc.get(side), f"{where}: {side}")
+    if "metric" in doc and not isinstance(doc["metric"], str):
+        raise ProbeError(f"{where}: metric is not a string")
     if not isinstance(doc.get("rows"), list):
         raise ProbeError(f"{where}: rows is not a list")
     for field in ("rows", "control_rows", "culprits"):
         for i, r in enumerate(_list(doc.get(field), f"{where}: {field}")):
-            _row(r, f"{where}: {field}[{i}]")
+            _row(r, f"{where}: {field}[{i}]", step_needed=field == "culprits")
     for field in ("culprit", "first_divergence"):
         if doc.get(field) is not None:
-            _row(doc[field], f"{where}: {field}")
+            _row(doc[field], f"{where}: {field}", step_needed=True)
     for i, e in enumerate(_list(doc.get("explanations"), f"{where}: explanations")):
         _explanation(e, f"{where}: explanations[{i}]")
     for i, c in enumerate(doc.get("culprits") or []):
@@ -61,11 +63,13 @@ def _count(value, label: str) -> None:
         raise ProbeError(f"{label}: not a count ({value!r:.40})")
 
 
-def _row(r, label: str) -> None:
+def _row(r, label: str, step_needed: bool = False) -> None:
     if not isinstance(r, dict):
         raise ProbeError(f"{label}: not an object")
     if not isinstance(r.get("key"), str) or not r["key"]:
         raise ProbeError(f"{label}: key is not a non-empty string")
+    if step_needed and r.get("step") is None:
+        raise ProbeError(f"{label}: no step")
     for field in ("step", "call", "layer"):
         _count(r.get(field), f"{label}.{field}")
     for field in _NUMBERS:

@@ -150,6 +150,8 @@ DAMAGE = [
     lambda d: d.update(ref=["a"]),
     lambda d: d.update(notes="a note"),
     lambda d: d.update(control_rows=[{"key": "k", "call": -1}]),
+    lambda d: d.update(metric=None),
+    lambda d: d["first_divergence"].pop("step"),
 ]
 
 
