@@ -26,6 +26,7 @@ import shutil
 from dataclasses import dataclass
 
 from inkling_probe.bundle import document, identity
+from inkling_probe.bundle.environment import REDACTED
 from inkling_probe.bundle.safe_write import check_target, open_new, write_new
 from inkling_probe.errors import ProbeError
 from inkling_probe.views.doc import culprits, findings, hypothesis, row_for
@@ -203,7 +204,8 @@ def _pack(tensors: dict) -> bytes:
 def _spec(doc, key, step, row, tolerance, plan, why, run, verified, dtype) -> dict:
     """FILE.json: everything particular to this repro, as data."""
     kind = "module" if plan else "tensor"
-    settings = (run.get("settings") or {}).get("values") or {}
+    values = (run.get("settings") or {}).get("values") or {}
+    settings = {k: v for k, v in values.items() if v is None or REDACTED not in v}  # redacted: the shell's own
     return {
         "key": key, "step": step, "kind": kind, "checks": KINDS[kind], "why": why,
         "expect": "fails while the bug is there; passes once it is fixed" if plan else

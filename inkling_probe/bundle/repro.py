@@ -112,7 +112,7 @@ def _settings(run: dict) -> list[str]:
             continue
         if value is None:
             unset.append(var)
-        elif _CONTROL.search(value) or value == REDACTED:
+        elif _CONTROL.search(value) or REDACTED in value:
             out.append(f"# {var}: its value holds a control character or was redacted; see repro.json")
         else:
             out.append(f"export {var}={shlex.quote(value)}")

@@ -38,3 +38,13 @@ def test_a_control_character_in_an_executed_word_or_a_line_is_refused():
         repro.portable("a\nb")
     with pytest.raises(ProbeError, match="line 2"):
         repro.check_script("#!/bin/sh\necho a\rb\n")
+
+
+def test_settings_lines_export_unset_or_leave_to_repro_json():
+    run = {"candidate": "cand\n$(x)", "settings": {"recorded": True, "values": {
+        "INKLING_A": "it's $(x)", "INKLING_B": None, "INKLING_C": "https://<redacted>@h", "INKLING_D": "a\nb"}}}
+    lines = repro._settings(run)
+    assert "export INKLING_A='it'\"'\"'s $(x)'" in lines and "unset INKLING_B" in lines
+    assert not any(line.startswith("export INKLING_C") or line.startswith("export INKLING_D") for line in lines)
+    repro.check_script("\n".join(lines))  # the candidate's name, in a comment, is encoded too
+    assert repro._settings({"settings": {"recorded": False}})[0].startswith("# the candidate recorded no environment")
