@@ -94,7 +94,8 @@ def _row(r, label: str, step_needed: bool = False) -> None:
 def _explanation(e, label: str) -> None:
     if not isinstance(e, dict):
         raise ProbeError(f"{label}: not an object")
-    _text(e.get("key"), f"{label}.key")
+    if "key" in e and not isinstance(e["key"], str):
+        raise ProbeError(f"{label}.key: not a string")
     for i, f in enumerate(_list(e.get("findings"), f"{label}.findings")):
         if not isinstance(f, dict):
             raise ProbeError(f"{label}.findings[{i}]: not an object")

@@ -152,6 +152,7 @@ DAMAGE = [
     lambda d: d.update(control_rows=[{"key": "k", "call": -1}]),
     lambda d: d.update(metric=None),
     lambda d: d["first_divergence"].pop("step"),
+    lambda d: d.update(explanations=[{"key": None, "findings": []}]),
 ]
 
 
