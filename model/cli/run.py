@@ -304,7 +304,7 @@ def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, dp, max_new_
         raise BadInput("--cuda-graph/--enforce-eager decode one request: pass --tokens once, without --dp")
     _check_allreduce(allreduce_spec or "")
     _check_outputs(dump, gen_log, impl)
-    env = {"INKLING_FAULT": fault_text, "INKLING_ALLREDUCE": allreduce_spec or ""}
+    env = {"INKLING_FAULT": fault_text, "INKLING_ALLREDUCE": allreduce_spec or "", **_identity(ckpt_dir)}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # spawned ranks inherit them
     try:
@@ -328,6 +328,16 @@ def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, dp, max_new_
 
         genlog.write(gen_log, prompts, responses, max_new_tokens, eos_spec)
         click.echo(f"gen-log: {gen_log}")
+
+
+def _identity(ckpt_dir: Path) -> dict:
+    """The checkpoint's identity for the dump's run metadata (``report --ckpt`` checks it)."""
+    from inkling_probe.bundle import identity
+
+    try:
+        return {identity.ENV: identity.checkpoint_identity(ckpt_dir)}
+    except identity.IdentityError:
+        return {}  # not a loadable checkpoint: the load says why
 
 
 def _check_parallel(config, tp: int, dp: int, impl: str, n_requests: int) -> None:
