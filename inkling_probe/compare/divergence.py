@@ -59,6 +59,7 @@ def attribute(rows: list[Row]) -> None:
                 last_prev = layer_rows[-1]
             layer_rows, current = [], run
         feeders = _recorded_inputs(row, by_key) or layer_rows + ([last_prev] if last_prev else [])
+        feeders = feeders + [by_key[x] for x in getattr(row, "cache_feeders", ()) if x in by_key]  # steps.py
         row.feeders = [f.key for f in feeders][-8:]
         row.score_in = max((f.score for f in feeders if f.status != "skipped"), default=0.0)
         row.jump = _jump(row.score, row.score_in)
@@ -67,7 +68,7 @@ def attribute(rows: list[Row]) -> None:
         row.born = _born(row, dirty)
         if row.born:
             origin[id(row)] = row
-        elif dirty and (row.diverged or row.score >= DECAY):
+        elif dirty and (row.diverged or max(row.score, getattr(row, "carry_score", None) or 0.0) >= DECAY):
             origin[id(row)] = sources[-1]
             if row.diverged and not sources[-1].diverged and not sources[-1].born:
                 sources[-1].born = "below_allowance"  # the birth this divergence leads back to
