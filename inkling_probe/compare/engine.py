@@ -82,7 +82,9 @@ def _compare(ref, cand, control=None, *, name_map=None, metric: str = "rel_rms",
     report.first_divergence = divergence.first_divergence(report.rows)
     report.culprits = divergence.culprits(report.rows) or divergence.culprits(report.control_rows)
     report.notes += walker.summary_notes()
-    report.notes.insert(0, "coverage: " + coverage.line(report.rows + report.control_rows))
+    cov = coverage.summary(report.rows + report.control_rows)
+    if cov["rows_judged"] < cov["rows_recorded"]:  # the view's summary line states it otherwise
+        report.notes.insert(0, "coverage: " + coverage.line(report.rows + report.control_rows))
     if explain or explain_keys:
         from inkling_probe.compare.diagnose import diagnose_report
         diagnose_report(report, dumps, ents, walker, max_explain if explain else 0, explain_keys)

@@ -15,9 +15,10 @@ bounded by where they can go and by how large they are:
   entered the key (attention weights sum to 1; a conv tap is a share). The bound for row ``t`` is
   ``SPREAD`` x the largest error, at the key's input, of the rows from the flipped token to ``t``
   (the mixing sources: the flipped row and the rows it already reached). The input is the last key
-  of the same row width recorded in the step (else of any width, outside the decision's own layer;
-  inside it, the first tensor of a width after the decision, an expert sum, is position-wise and
-  gets nothing). ``SPREAD`` = 2: a mixed row can carry more than its sources in relative terms (a
+  of the same row width recorded in the step, and the last one of that width and the nearest row
+  scale (the same stream: a residual add reads the residual written before; norm outputs follow
+  norm outputs); else the last key of any width, outside the decision's own layer. Inside it, the
+  first tensor of a width after the decision (an expert sum) is position-wise and gets nothing. ``SPREAD`` = 2: a mixed row can carry more than its sources in relative terms (a
   peaked attention head copies a larger row into a smaller one), measured up to 1.5x on inkling_model
   tiny bf16 vs fp32 (80 tokens, seed 3). A key's own values never widen its own allowance, and a
   key that diverged records nothing: its error is not the decision's, and its consequences stay
@@ -76,14 +77,16 @@ class Reach:
         """Token rows set aside at a key of ``step``/``layer`` with ``n`` token rows."""
         return sorted({f.token for f in self.flips if f.consumer(step, layer) and f.n_rows == n and f.token < n})
 
-    def allowance(self, key: str, call: int, step: int, layer, n: int, width: int) -> np.ndarray | None:
-        """``[n]`` the reach bound per token row (0 where no flip reaches), None when none does."""
+    def allowance(self, key: str, call: int, step: int, layer, n: int, width: int,
+                  scale: float = 0.0) -> np.ndarray | None:
+        """``[n]`` the reach bound per token row (0 where no flip reaches), None when none does;
+        ``scale``: the key's average row norm (the reference's rms x sqrt(width))."""
         out = np.zeros(n)
         for f in self.flips:
             if f.step == step:
                 if f.n_rows != n or f.token >= n:
                     continue
-                seen = self.inputs.get((step, width))
+                seen = self._carried(step, width, scale, n)
                 if seen is None and not f.consumer(step, layer):
                     seen = self.last.get(step)  # a new width in a later layer: carried from the last key
                 if seen is None or len(seen) != n:
@@ -96,8 +99,19 @@ class Reach:
             out[t] = 0.0
         return out if out.any() else None
 
+    def _carried(self, step: int, width: int, scale: float, n: int) -> np.ndarray | None:
+        """``[n]`` the rows' error on the last key of this width, and on the last one of this width
+        and the nearest row scale (the same stream: a residual add reads the residual written before)."""
+        seen = self.inputs.get((step, width))
+        if not seen:
+            return None
+        last, by_scale = seen
+        b = _bucket(scale)
+        near = by_scale[min(by_scale, key=lambda k: abs(k - b))]
+        return np.maximum(last, near) if len(last) == n and len(near) == n else None
+
     def observe(self, key: str, call: int, step: int, n: int | None, width: int, row_errors, masked,
-                masked_errors, diverged: bool = False) -> None:
+                masked_errors, diverged: bool = False, scale: float = 0.0) -> None:
         """Record every row's own error at this key (after its allowance was taken), the set-aside
         rows' included. A diverged key records nothing: its error is not the decision's, and what it
         carries must stay judged downstream (else a fault would widen its consequences' allowance)."""
@@ -108,7 +122,15 @@ class Reach:
             if t < n:
                 e[t] = v
         e = np.where(np.isfinite(e), e, 0.0)
-        self.inputs[(step, width)] = self.last[step] = e
+        _, by_scale = self.inputs.get((step, width), (None, {}))
+        by_scale[_bucket(scale)] = e
+        self.inputs[(step, width)] = (e, by_scale)
+        self.last[step] = e
         for f in self.flips:
             if f.step == step and f.n_rows == n and f.token < n:
                 f.at_key[(key, call)] = float(e[f.token])
+
+
+def _bucket(scale: float) -> int:
+    """Row scales within a factor of 2 are one stream."""
+    return int(round(np.log2(scale))) if scale > 0 else -1000

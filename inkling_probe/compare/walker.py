@@ -161,7 +161,8 @@ class Walker(RoutingSteps):
         minimum = floor.min_allowance(depth, self.metric, [p.ref.dtype, p.cand.dtype])
         row.threshold = floor.threshold(row.floor, default, self.user, self.k, minimum)
         width = int(np.prod(p.ref.global_shape())) // max(m.token_rows or 1, 1)
-        reach = self.cand.reach.allowance(p.key, p.call, p.step, row.layer, m.token_rows, width) \
+        scale = float(p.ref.first.get("rms") or 0.0) * float(np.sqrt(max(width, 1)))  # an average row's norm
+        reach = self.cand.reach.allowance(p.key, p.call, p.step, row.layer, m.token_rows, width, scale) \
             if m.token_rows else None
         if reach is not None:
             row.reach = float(reach.max())
@@ -177,7 +178,7 @@ class Walker(RoutingSteps):
         if m.row_errors is not None and row.status in ("ok", "diverged") and width >= MIN_ROW_VALUES:
             self._rows_judged(row, m, ctl, reach)
         self.cand.reach.observe(p.key, p.call, p.step, m.token_rows, width, m.row_errors, m.masked,
-                                m.masked_errors, row.diverged)
+                                m.masked_errors, row.diverged, scale)
         coverage.cover(row, token_rows(p.ref), m.token_rows, len(m.masked or []))
 
     def _control_measure(self, p: Pair, precision, layer=None) -> Measured | None:
