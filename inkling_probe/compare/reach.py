@@ -24,8 +24,10 @@ bounded by where they can go and by how large they are:
   key that diverged records nothing: its error is not the decision's, and its consequences stay
   judged. In later steps the bound is the flipped row's error at the same key in its own step.
 
-Rows after a flip are judged against ``hypot(row allowance, reach)`` and the tensor against
-``hypot(tensor allowance, rms of reach over rows)`` (rel_rms^2 is the mean of the rows' e_i^2).
+Rows after a flip are judged against ``hypot(row allowance, reach)``: any one row may have taken
+the whole share. The tensor is judged against ``hypot(tensor allowance, SPREAD x rms over rows of
+each row's own carried error)`` (rel_rms^2 is the mean of the rows' e_i^2): the rows cannot all
+have taken the flipped row's whole error at once without showing it at the input already.
 ``carry_score`` (the score without the reach) keeps an upstream fault's taint alive through keys
 whose widened allowance hides it (compare/divergence.py's DECAY test).
 
@@ -66,6 +68,7 @@ class Reach:
         self.flips: list[Flip] = []
         self.inputs: dict = {}  # (step, row width) -> [n] every row's error at the last key of that width
         self.last: dict = {}  # step -> [n] every row's error at the last key recorded (any width)
+        self.own = np.zeros(0)  # [n] of the last allowance: each row's own carried error x SPREAD (the tensor's)
 
     def add(self, step: int, layer, n_rows: int, tokens, kind: str = "routing") -> None:
         known = {(f.step, f.token) for f in self.flips if f.layer == layer or f.kind == "token"}
@@ -81,7 +84,7 @@ class Reach:
                   scale: float = 0.0) -> np.ndarray | None:
         """``[n]`` the reach bound per token row (0 where no flip reaches), None when none does;
         ``scale``: the key's average row norm (the reference's rms x sqrt(width))."""
-        out = np.zeros(n)
+        out, own = np.zeros(n), np.zeros(n)
         for f in self.flips:
             if f.step == step:
                 if f.n_rows != n or f.token >= n:
@@ -93,10 +96,13 @@ class Reach:
                     continue  # the first tensor of its width after the decision, in its layer: position-wise
                 carried = np.maximum.accumulate(seen[f.token:])  # the mixing sources up to each row
                 out[f.token:] = np.maximum(out[f.token:], SPREAD * carried)
+                own[f.token:] = np.maximum(own[f.token:], SPREAD * seen[f.token:])
             elif f.step < step and (key, call) in f.at_key:
                 out[:] = np.maximum(out, SPREAD * f.at_key[(key, call)])
+                own[:] = np.maximum(own, SPREAD * f.at_key[(key, call)])
         for t in self.aside(step, layer, n):
-            out[t] = 0.0
+            out[t] = own[t] = 0.0
+        self.own = own
         return out if out.any() else None
 
     def _carried(self, step: int, width: int, scale: float, n: int) -> np.ndarray | None:
