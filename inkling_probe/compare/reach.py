@@ -1,8 +1,9 @@
 """What a changed decision can reach, and so what every other row is allowed for it.
 
-A changed decision (a routing flip, a different decoded token) changes its own token's rows in the
-keys that consume it; those rows are **set aside** there (the decision is judged once, at the
-decision). Every other row stays judged. What the flipped token's new values can do to them is
+A changed decision (a routing flip, a different decoded token) changes its own token's rows in
+every key after it in its step (they all consume it, directly or through the residual stream);
+those rows are **set aside** there (the decision is judged once, at the decision; their own error
+is still measured, as what the flip carries). Every other row stays judged. What the flipped token's new values can do to them is
 bounded by where they can go and by how large they are:
 
 - **where**: in the decision's step, only to rows at or after the flipped token (causal mixing:
@@ -25,9 +26,12 @@ bounded by where they can go and by how large they are:
   judged. In later steps the bound is the flipped row's error at the same key in its own step.
 
 Rows after a flip are judged against ``hypot(row allowance, reach)``: any one row may have taken
-the whole share. The tensor is judged against ``hypot(tensor allowance, SPREAD x rms over rows of
-each row's own carried error)`` (rel_rms^2 is the mean of the rows' e_i^2): the rows cannot all
-have taken the flipped row's whole error at once without showing it at the input already.
+the whole share (a peaked head). The tensor is judged against ``hypot(tensor allowance, rms over
+rows of SPREAD x max(the row's own carried error, the cummax / sqrt(rows since the flip)))``
+(rel_rms^2 is the mean of the rows' e_i^2): the flipped row's error shared out over the rows after
+it, as attention that is not peaked on it shares it (uniform attention gives row t a 1/(t - f + 1)
+share, under the bound). A sink-like head that copies the flipped row into every later row
+exceeds it: measured, not proven (docs/COMPARE.md, failure modes).
 ``carry_score`` (the score without the reach) keeps an upstream fault's taint alive through keys
 whose widened allowance hides it (compare/divergence.py's DECAY test).
 
@@ -57,7 +61,7 @@ class Flip:
     at_key: dict = field(default_factory=dict)  # (key, call) -> its error there (for later steps)
 
     def consumer(self, step: int, layer) -> bool:
-        """A key of the decision's own step and layer (after it): the flipped row is set aside there."""
+        """A key of the decision's own step and layer (after it)."""
         return step == self.step and (self.layer is None or layer == self.layer)
 
 
@@ -68,7 +72,7 @@ class Reach:
         self.flips: list[Flip] = []
         self.inputs: dict = {}  # (step, row width) -> [n] every row's error at the last key of that width
         self.last: dict = {}  # step -> [n] every row's error at the last key recorded (any width)
-        self.own = np.zeros(0)  # [n] of the last allowance: each row's own carried error x SPREAD (the tensor's)
+        self.own = np.zeros(0)  # [n] of the last allowance, for the tensor (module docstring)
 
     def add(self, step: int, layer, n_rows: int, tokens, kind: str = "routing") -> None:
         known = {(f.step, f.token) for f in self.flips if f.layer == layer or f.kind == "token"}
@@ -78,7 +82,7 @@ class Reach:
 
     def aside(self, step: int, layer, n: int) -> list[int]:
         """Token rows set aside at a key of ``step``/``layer`` with ``n`` token rows."""
-        return sorted({f.token for f in self.flips if f.consumer(step, layer) and f.n_rows == n and f.token < n})
+        return sorted({f.token for f in self.flips if f.step == step and f.n_rows == n and f.token < n})
 
     def allowance(self, key: str, call: int, step: int, layer, n: int, width: int,
                   scale: float = 0.0) -> np.ndarray | None:
@@ -96,7 +100,8 @@ class Reach:
                     continue  # the first tensor of its width after the decision, in its layer: position-wise
                 carried = np.maximum.accumulate(seen[f.token:])  # the mixing sources up to each row
                 out[f.token:] = np.maximum(out[f.token:], SPREAD * carried)
-                own[f.token:] = np.maximum(own[f.token:], SPREAD * seen[f.token:])
+                spread = carried / np.sqrt(np.arange(1, n - f.token + 1))  # the share spread over later rows
+                own[f.token:] = np.maximum(own[f.token:], SPREAD * np.maximum(seen[f.token:], spread))
             elif f.step < step and (key, call) in f.at_key:
                 out[:] = np.maximum(out, SPREAD * f.at_key[(key, call)])
                 own[:] = np.maximum(own, SPREAD * f.at_key[(key, call)])

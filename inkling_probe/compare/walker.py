@@ -168,8 +168,8 @@ class Walker(RoutingSteps):
             row.reach = float(reach.max())
             row.carry_score = score_of(row.error, row.threshold)  # the score without the reach
             if self.metric == "rel_rms":  # rel_rms^2 is the mean of the rows' e_i^2
-                own = self.cand.reach.own
-                row.threshold = float(np.hypot(row.threshold, np.sqrt(np.mean(own ** 2))))
+                tensor = self.cand.reach.own  # [n] the share spread out (reach.py)
+                row.threshold = float(np.hypot(row.threshold, np.sqrt(np.mean(tensor ** 2))))
             row.note = join_notes(row.note, f"rows from {int(np.flatnonzero(reach)[0])} allowed up to "
                                             f"{row.reach:.3g} for a changed decision's reach")
         if m.masked:

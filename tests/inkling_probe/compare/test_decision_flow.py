@@ -29,11 +29,11 @@ def test_a_benign_near_tie_flip_sets_aside_only_its_own_rows_and_passes(tmp_path
     assert not rep.diverged and not rep.unchecked, [(r.key, r.status, r.score) for r in rep.rows if r.diverged]
     ex = rep.row("layers.1.mlp.experts")
     assert ex.rows_judged == 31 and ex.not_judged == {"set aside": 1}  # the flipped token only
-    later = rep.row("layers.3.attn.out")
-    assert later.rows_judged == 32 and later.reach > 0  # judged, with an allowance for the flip's reach
+    later = rep.row("layers.3.attn.out")  # the flipped row aside; the rows after it judged, with an allowance
+    assert later.not_judged.get("set aside", 0) < 4 and later.reach > 0 and later.rows_judged >= 28
     assert rep.to_dict()["rows"][0]["coverage"] == {"rows_recorded": 32, "rows_judged": 32, "not_judged": {}}
-    cov = rep.to_dict()["coverage"]  # the flipped token at its consumers (and any flip it caused downstream)
-    assert set(cov["not_judged"]) == {"set aside"} and cov["rows_judged"] >= 0.98 * cov["rows_recorded"]
+    cov = rep.to_dict()["coverage"]  # the flipped token after its decision (and any flip it caused downstream)
+    assert set(cov["not_judged"]) == {"set aside"} and cov["rows_judged"] >= 0.9 * cov["rows_recorded"]
 
 
 def test_a_late_fault_after_a_near_tie_flip_is_found(tmp_path):
@@ -122,5 +122,5 @@ def test_reach_is_zero_before_the_flipped_token(spread):
     r.add(0, 1, 8, [5])
     r.observe("layers.1.mlp.experts", 0, 0, 8, 4, np.full(8, 0.01), [5], np.array([0.3]))
     allow = r.allowance("layers.2.attn.out", 0, 0, 2, 8, 4)
-    assert np.all(allow[:5] == 0) and np.allclose(allow[5:], spread * 0.3)
-    assert r.aside(0, 1, 8) == [5] and r.aside(0, 2, 8) == []
+    assert np.all(allow[:6] == 0) and np.allclose(allow[6:], spread * 0.3)  # row 5 itself is set aside
+    assert r.aside(0, 1, 8) == [5] and r.aside(0, 2, 8) == [5] and r.aside(1, 2, 8) == []  # every key after it, its step only
