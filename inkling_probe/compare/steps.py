@@ -20,6 +20,7 @@ from inkling_probe.compare import decisions as dec
 from inkling_probe.settings import matches_any
 
 LOGITS = ("logits", "lm_head", "*.lm_head", "*.logits")  # keys whose rows decode the next tokens
+OTHER_TOKEN = 0.5  # the next step's first key differs on a row by this much (relative): another token
 
 
 def link_cache(rows) -> None:

@@ -253,7 +253,7 @@ class Walker(RoutingSteps):
             if r.ndim < 2 or r.shape != c.shape:
                 continue
             d = steps.decoded_change(r.reshape(-1, r.shape[-1]), c.reshape(-1, c.shape[-1]), n_next)
-            if d is None or not d.changed:
+            if d is None or not d.changed or not self._fed(step_next, label, other, d.changed):
                 continue
             side.note_changes(step_next, n_next, d.changed, None, "token")
             if label == "candidate":
@@ -262,6 +262,33 @@ class Walker(RoutingSteps):
                 row.note = join_notes(row.note, f"decoded token differs for {len(d.changed)} of {n_next} next-step "
                                                 f"row(s) ({kinds}{'; ' + margins if margins else ''}): step "
                                                 f"{step_next}'s rows are set aside")
+
+    def _fed(self, step: int, label: str, like: Entry, rows) -> bool:
+        """Whether the next step was fed the decoded tokens: its first recorded key (the embedding)
+        differs on those rows by a whole row (another token), not by rounding. Teacher-forced
+        decode steps feed fixed tokens, whatever the logits say."""
+        first = min((e for (k, s, c), e in self.ents["reference"].items() if s == step), key=lambda e: e.seq,
+                    default=None)
+        if first is None:
+            return True
+        other = self.ents[label].get((self._mapped(first), step, first.call))
+        if other is None:
+            return True
+        try:
+            r, c = as_float64(load(self.dumps["reference"], first)), as_float64(load(self.dumps[label], other))
+        except (ProbeError, ValueError):
+            return True
+        n = token_rows(first)
+        if r.size != c.size or not n:
+            return True
+        r, c = r.reshape(n, -1), c.reshape(n, -1)
+        rows = [t for t in rows if t < n]
+        err = np.linalg.norm(c[rows] - r[rows], axis=1) / np.maximum(np.linalg.norm(r[rows], axis=1), 1e-30)
+        return bool(np.any(err > steps.OTHER_TOKEN))
+
+    def _mapped(self, e: Entry) -> str:
+        """The mapped key of a reference entry (entries are keyed by mapped key)."""
+        return next(k for (k, s, c), x in self.ents["reference"].items() if x is e)
 
     def _next_step(self, p: Pair) -> tuple[int, int] | None:
         later = sorted({s for (k, s, c) in self.ents["reference"] if k == p.key and s > p.step})

@@ -24,7 +24,8 @@ def _norm(x, w):
     return x / x.pow(2).mean(-1, keepdim=True).add(1e-6).sqrt() * w
 
 
-def run(tokens, *, tie=None, flip=False, fault=None, noise=0.0, decode=0, seed=0, noise_seed=1, tie_step=0):
+def run(tokens, *, tie=None, flip=False, fault=None, noise=0.0, decode=0, seed=0, noise_seed=1, tie_step=0,
+        forced=None):
     """Steps of (key, tensor[, kwargs]). ``tie=(layer, token)``: that token's 2nd and 3rd expert
     scores are 1e-6 apart (at step ``tie_step``); ``flip``: a noise-sized move swaps them; ``fault=(key, step, rows, fn)``:
     ``fn`` applied to those rows of that key; ``noise``: relative noise on every recorded float."""
@@ -73,7 +74,7 @@ def run(tokens, *, tie=None, flip=False, fault=None, noise=0.0, decode=0, seed=0
             h = rec(f"{p}.resid", h + ex)
         lg = rec("logits", h @ w["head"])
         steps.append(out)
-        nxt = int(torch.argmax(lg[-1]))
+        nxt = int(torch.argmax(lg[-1])) if forced is None else forced[step]  # forced: teacher-forced tokens
         ids.append(nxt)
         feed = [nxt]
     return steps

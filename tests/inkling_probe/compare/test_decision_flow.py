@@ -124,3 +124,18 @@ def test_reach_is_zero_before_the_flipped_token(spread):
     allow = r.allowance("layers.2.attn.out", 0, 0, 2, 8, 4)
     assert np.all(allow[:6] == 0) and np.allclose(allow[6:], spread * 0.3)  # row 5 itself is set aside
     assert r.aside(0, 1, 8) == [5] and r.aside(0, 2, 8) == [5] and r.aside(1, 2, 8) == []  # every key after it, its step only
+
+
+def test_a_teacher_forced_step_is_not_a_decoded_token_decision(tmp_path):
+    """The logits' argmax differs but both sides are fed the same next token: nothing set aside."""
+    ref = run(TOKENS[:12], decode=1, forced=[3])
+    tok = int(np.argsort(ref[0][-1][1][-1].numpy())[-2])
+
+    def nudge(t):
+        t = t.clone()
+        t[:, tok] = t.max() + 1e-4
+        return t
+    cand = run(TOKENS[:12], decode=1, forced=[3], fault=("logits", 0, [11], nudge))
+    rep = compare(write(tmp_path / "r", ref), write(tmp_path / "c", cand), explain=False)
+    assert "decoded token differs" not in rep.row("logits").note
+    assert rep.row("embed", step=1).not_judged == {}
