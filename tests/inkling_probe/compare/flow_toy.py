@@ -74,7 +74,7 @@ def run(tokens, *, tie=None, flip=False, fault=None, noise=0.0, decode=0, seed=0
             h = rec(f"{p}.resid", h + ex)
         lg = rec("logits", h @ w["head"])
         steps.append(out)
-        nxt = int(torch.argmax(lg[-1])) if forced is None else forced[step]  # forced: teacher-forced tokens
+        nxt = int(torch.argmax(lg[-1])) if forced is None or step >= len(forced) else forced[step]  # teacher-forced
         ids.append(nxt)
         feed = [nxt]
     return steps
