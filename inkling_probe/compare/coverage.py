@@ -2,7 +2,7 @@
 
 Every row of a report carries ``rows_recorded`` (the reference's token rows at the key; 1 for a key
 without a token dim), ``rows_judged`` and ``not_judged`` (reason -> rows): ``set aside`` (a changed
-decision's own token at its consumers, compare/reach.py), ``not comparable`` (the whole key),
+decision's own token after it, compare/reach.py), ``not comparable`` (the whole key),
 ``unreadable``, ``missing`` (rows one side does not hold: a prefix or an overlap of token slices).
 
 A key with at least ``FAULT_ROWS`` of its rows set aside, not comparable or unreadable could hide a

@@ -72,7 +72,7 @@ class Reach:
         self.flips: list[Flip] = []
         self.inputs: dict = {}  # (step, row width) -> [n] every row's error at the last key of that width
         self.last: dict = {}  # step -> [n] every row's error at the last key recorded (any width)
-        self.own = np.zeros(0)  # [n] of the last allowance, for the tensor (module docstring)
+        self.own = np.zeros(0)  # [n] the last allowance's share spread over rows: the tensor's (docstring)
 
     def add(self, step: int, layer, n_rows: int, tokens, kind: str = "routing") -> None:
         known = {(f.step, f.token) for f in self.flips if f.layer == layer or f.kind == "token"}

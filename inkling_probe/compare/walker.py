@@ -2,10 +2,9 @@
 upstream precision, layer depth, changed decisions (routing flips, decoded tokens), call structure.
 
 State kept per dump side (candidate, control): the tokens whose decision changed in each step
-(:mod:`.reach`). A changed token's own rows are set aside (take the reference's values) in the keys
-of the decision's own layer after it, its consumers; every other row stays judged, the rows the
-flipped token can reach (later positions, later keys) against an allowance widened by what it can
-carry there (reach.py). Keys whose rows are not those tokens (dispatch order, ``[T*k, ...]``) after a
+(:mod:`.reach`). A changed token's own rows are set aside (take the reference's values) in every key
+after its decision in its step; every other row stays judged, the rows the flipped token can reach
+(later positions, later keys) against an allowance widened by what it can carry there (reach.py). Keys whose rows are not those tokens (dispatch order, ``[T*k, ...]``) after a
 change are not comparable and are skipped with a note, never compared by index. Every row says how
 much of its key was judged (:mod:`.coverage`).
 """
@@ -59,14 +58,14 @@ class _Side:
         return layer, len(seen), floor.coarsest(self.precision, *dtypes)
 
     def set_aside(self, step: int, layer=None):
-        """``n -> rows``: the changed tokens' own rows at the consumers of their decision."""
+        """``n -> rows``: the changed tokens' own rows (set aside after their decision, in its step)."""
         return lambda n: self.reach.aside(step, layer, n) or None
 
     def changed_in(self, step: int) -> tuple[int | None, set]:
         return self.aside.get(step, (None, set()))
 
     def note_changes(self, step: int, n_rows: int, rows, layer=None, kind: str = "routing") -> None:
-        """The changed tokens of a decision: set aside at its consumers, reaching later rows (reach.py)."""
+        """The changed tokens of a decision: set aside after it, reaching later rows (reach.py)."""
         if not rows:
             return
         old_n, old = self.aside.get(step, (n_rows, set()))
