@@ -108,7 +108,7 @@ def _check_force_routing(path, impl: str, cuda_graph: bool) -> None:
     try:
         ForcedRouting(path)
     except (OSError, ValueError, ProbeError) as e:
-        raise BadInput(f"--force-routing {path}: {str(e).splitlines()[0]}") from None
+        raise BadInput(f"--force-routing: {str(e).splitlines()[0]}") from None
 
 
 def _dtype(name: str):
