@@ -8,7 +8,7 @@ read them.
 """
 from __future__ import annotations
 
-from inkling_model.plugins import faults, precision
+from inkling_model.plugins import faults, forced_routing, precision
 
 
 def variables() -> dict[str, str]:
@@ -18,6 +18,7 @@ def variables() -> dict[str, str]:
         **{faults.switch_var(f.name): f"planted fault {f.name} alone ({f.carrier})" for f in faults.FAULTS.values()},
         "INKLING_ALLREDUCE": "all-reduce strategy (nccl | oneshot | auto, per-module rules): model/allreduce.py",
         precision.ENV: "routed-expert layers kept at reference precision on NVFP4 checkpoints: model/plugins/precision.py",
+        forced_routing.ENV: "routers take a reference dump's top-k ids (run --force-routing): model/plugins/forced_routing.py",
         "INKLING_CUDA_GRAPH": "decode through the runtime with captured CUDA graphs: model/runtime/runtime.py",
         "INKLING_ENFORCE_EAGER": "decode through the runtime eagerly (no capture): model/runtime/runtime.py",
     }

@@ -1,14 +1,14 @@
 """inkling_model's registry of computation variables names the variables its modules really read, and
 reaches the toolkit through the entry-point group (a report's repro carries each one)."""
 from inkling_model import allreduce
-from inkling_model.plugins import computation_env, faults, precision
+from inkling_model.plugins import computation_env, faults, forced_routing, precision
 from inkling_model.runtime import runtime
 from inkling_probe.bundle import registry
 
 
 def test_names_are_the_ones_the_model_reads():
     names = set(computation_env.variables())
-    assert {faults.ENV, allreduce.ENV, precision.ENV, runtime.CUDA_GRAPH_ENV, runtime.ENFORCE_EAGER_ENV} <= names
+    assert {faults.ENV, allreduce.ENV, precision.ENV, forced_routing.ENV, runtime.CUDA_GRAPH_ENV, runtime.ENFORCE_EAGER_ENV} <= names
     assert {faults.switch_var(f) for f in faults.FAULTS} <= names
 
 
