@@ -30,6 +30,32 @@ def current_rank() -> tuple[int, int]:
     return rank_from_env(os.environ)
 
 
+_opens: Counter = Counter()  # dump folder -> recordings this process opened there (the same on every rank)
+
+
+def launch_token(path: str, world_size: int) -> str:
+    """A token every rank of this launch agrees on for its n-th recording into ``path``, through the
+    process group's own store (the rendezvous: one per launch, whatever process tree runs the ranks);
+    '' without an initialised process group of several ranks. No collective: a rank never waits."""
+    dist = torch.distributed
+    if world_size < 2 or not (dist.is_available() and dist.is_initialized()):
+        return ""
+    try:
+        from torch.distributed.distributed_c10d import _get_default_store
+        store = _get_default_store()
+    except (ImportError, RuntimeError, ValueError):
+        return ""  # a process group without a store: the next identity (docs/FORMAT.md, "Runs")
+    folder = os.path.abspath(path)
+    _opens[folder] += 1
+    key = f"inkling_probe/run/{_opens[folder]}/{folder}"
+    import uuid
+    try:  # the first rank's fresh id wins; the others read it
+        return store.compare_set(key, "", uuid.uuid4().hex).decode()
+    except (RuntimeError, AttributeError, UnicodeDecodeError) as e:
+        raise DumpError(f"{path}: can't agree on a run id through torch.distributed's store ({e}); "
+                        "set INKLING_PROBE_RUN to one value on every rank") from None
+
+
 def writer_mode(setting: str) -> str:
     """``process`` when this process may run on two cores or more, else ``inline`` (unless set)."""
     if setting != "auto":
@@ -78,7 +104,8 @@ class Recorder:
         s = self.settings
         from inkling_probe.store.folder import prepare, run_id
 
-        run = run_id(os.environ, self.world_size, s.run)
+        launch = "" if s.run else launch_token(s.path, self.world_size)
+        run = run_id(os.environ, self.world_size, s.run, launch)
         self._lock = prepare(s.path, self.rank, run, s.overwrite)
         options = dict(run_id=run, segment_mb=s.segment_mb, compress=s.compress, pack_kb=s.pack_kb,
                        workers=s.writer_threads,

@@ -43,8 +43,9 @@ VARIABLES = {
                                 "before it on disk; a crash or kill of the model process loses nothing, "
                                 "a kill of the writer too, e.g. of the whole process group, may lose the "
                                 "last step; faster on GPU)",
-    "INKLING_PROBE_RUN": "run id shared by every rank of one launch (default: torchrun's, Slurm's, or "
-                         "derived from the launcher process); letters, digits, '_' only",
+    "INKLING_PROBE_RUN": "run id shared by every rank of one launch (default: torchrun's, Slurm's, "
+                         "agreed through the process group's store, or from the login session); "
+                         "letters, digits, '_' only",
     "INKLING_PROBE_COMPRESS": "none (default) | gzip (stock HDF5 deflate-1 + shuffle, tensors >= 1 MiB)",
     "INKLING_PROBE_DEBUG": "1: print tracebacks for unexpected errors in the CLI",
     "INKLING_PROBE_GRAPH_MB": "static buffer budget (MiB) for recording inside CUDA graphs (default 256); "
