@@ -13,7 +13,7 @@ from collections import Counter
 
 import torch
 
-from inkling_probe.errors import DumpError, ProbeError, SettingsError
+from inkling_probe.errors import DumpError, NothingRecorded, ProbeError, SettingsError
 from inkling_probe.settings import MAX_RANK, Settings, rank_from_env
 from inkling_probe.store import schema
 from inkling_probe.store.dtypes import bf16_bits, dtype_name, encode
@@ -99,9 +99,12 @@ class Recorder:
     def _open(self):
         self._opened = True
         self.rank, self.world_size = current_rank()
-        if not self.settings.rank_records(self.rank):
-            return None
         s = self.settings
+        if s.ranks is not None and min(s.ranks) >= self.world_size:
+            raise SettingsError(f"INKLING_PROBE_RANKS={','.join(map(str, sorted(s.ranks)))}: selects no rank "
+                                f"of this launch (world size {self.world_size}, ranks 0..{self.world_size - 1})")
+        if not s.rank_records(self.rank):
+            return None
         from inkling_probe.store.folder import prepare, run_id
 
         launch = "" if s.run else launch_token(s.path, self.world_size)
@@ -168,6 +171,22 @@ class Recorder:
                 if self._lock is not None:
                     self._lock.release()
                     self._lock = None
+            if not self._opened and not interrupted and self._failed is None:
+                raise NothingRecorded(f"{self.settings.path}: recorded nothing, so there is no dump: "
+                                      f"{self._why_nothing()}")
+
+    def _why_nothing(self) -> str:
+        """Which filter selected nothing, from the probe names and steps this recording saw."""
+        s, names = self.settings, list(self._wanted)
+        if not names:
+            return "no probe was called (is the model instrumented, and did a forward run?)"
+        if not any(self._wanted.values()):
+            shown = ", ".join(names[:3]) + (f" (+{len(names) - 3} more)" if len(names) > 3 else "")
+            globs = " ".join(f"{var}={','.join(g)!r}" for var, g in
+                             (("INKLING_PROBE_INCLUDE", s.include), ("INKLING_PROBE_EXCLUDE", s.exclude)) if g)
+            return f"{globs} matched none of the {len(names)} probe names called ({shown})"
+        return (f"INKLING_PROBE_STEPS={s.steps} selected none of the steps run "
+                f"({'0' if self.step_id == 0 else f'0..{self.step_id}'})")
 
     def after_fork_in_child(self) -> None:
         """Detach from the parent's writer: nothing this process does may reach its files."""
