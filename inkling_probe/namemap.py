@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from inkling_probe.errors import SettingsError
+from inkling_probe.store.inputs import BadInputFile, read_bytes
 from inkling_probe.regex_safety import MAX_KEY_CHARS, compile_bounded, compile_template, expand
 
 _MAX_MAP_BYTES = 1 << 20
@@ -49,16 +50,11 @@ class NameMap:
         if isinstance(spec, NameMap):
             return spec
         path = os.fspath(spec)
-        if os.path.exists(path):
-            if not os.path.isfile(path):
-                raise SettingsError(f"{path}: not a regular file (a name map is a TOML file)")
-            try:
-                with open(path, "rb") as fh:
-                    text = fh.read(_MAX_MAP_BYTES + 1).decode("utf-8", errors="replace")
-            except OSError as e:
-                raise SettingsError(f"{path}: can't read the name map ({e.strerror})") from None
-            if len(text) > _MAX_MAP_BYTES:
-                raise SettingsError(f"{path}: larger than {_MAX_MAP_BYTES >> 20} MiB; not a name map")
+        if os.path.lexists(path):
+            try:  # regular files only (a FIFO would hang the read), at most 1 MiB
+                text = read_bytes(path, "name map", _MAX_MAP_BYTES).decode("utf-8", errors="replace")
+            except BadInputFile as e:
+                raise SettingsError(str(e)) from None
             return cls.from_toml(text, source=path)
         shipped = resources.files("inkling_probe.maps") / f"{path}.toml"
         if shipped.is_file():

@@ -65,7 +65,7 @@ def test_name_map_that_is_a_directory_is_a_one_line_error(tmp_path):
     from inkling_probe.errors import SettingsError
     from inkling_probe.namemap import NameMap
 
-    with pytest.raises(SettingsError, match=f"^{tmp_path}: not a regular file"):
+    with pytest.raises(SettingsError, match=f"^{tmp_path}: a directory, not a regular file \\(name map\\)"):
         NameMap.load(tmp_path)
 
 
