@@ -14,6 +14,9 @@ from inkling_probe.errors import ProbeError
 DEFAULT_VAR = "INKLING_BF16_LAYERS"
 
 
+MAX_LAYER_ID = 100_000  # far beyond any model's layer count
+
+
 class BadLayers(ProbeError, ValueError):
     """A layer spec that does not parse."""
 
@@ -29,6 +32,8 @@ def parse_layers(spec: str, what: str = "--layers", allow_empty: bool = False) -
             raise BadLayers(f"{what} {spec!r}: {part!r} is not a layer id or range A-B") from None
         if lo < 0 or hi < lo:
             raise BadLayers(f"{what} {spec!r}: {part!r} is not an increasing range of ids >= 0")
+        if hi >= MAX_LAYER_ID:  # bounded before the set is built: 0-99999999999 grew to MemoryError
+            raise BadLayers(f"{what} {spec!r}: {part!r} goes past layer {MAX_LAYER_ID - 1}")
         out.update(range(lo, hi + 1))
     if not out and not allow_empty:
         raise BadLayers(f"{what} {spec!r}: no layers")

@@ -105,14 +105,28 @@ def prepare(folder: str, rank: int, run: str, overwrite: bool) -> RankLock:
                             "another run); choose another path or set INKLING_PROBE_OVERWRITE=1")
         _refuse_running_ranks(folder, stale, run)
         for name in stale:
-            try:
-                os.remove(os.path.join(folder, name))
-            except FileNotFoundError:
-                pass  # another rank of this launch removed it first
+            _remove_stale(os.path.join(folder, name))
     except BaseException:
         lock.release()
         raise
     return lock
+
+
+def _remove_stale(path: str) -> None:
+    """Remove an older run's segment; anything but a file or link named like one is left alone."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return  # another rank of this launch removed it first
+    if stat.S_ISDIR(st.st_mode):
+        raise DumpError(f"{path}: a directory named like a segment; INKLING_PROBE_OVERWRITE removes "
+                        "only files: move it away or record into another folder")
+    try:
+        os.remove(path)  # a link itself, never what it points to
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise DumpError(f"{path}: can't remove the older run's file ({e.strerror})") from None
 
 
 def _in_the_way(folder: str, rank: int, run: str) -> list[str]:

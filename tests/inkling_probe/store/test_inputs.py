@@ -74,3 +74,14 @@ def test_name_maps_and_saved_compare_documents_go_through_it(tmp_path, fifo):
     (tmp_path / "bad.json").write_text("[1, 2")
     with pytest.raises(ProbeError, match="not a compare --json document"):
         as_doc(str(tmp_path / "bad.json"))
+
+
+def test_layer_ranges_are_bounded_before_they_are_built():
+    """``--layers 0-99999999999`` grew a set of 10^11 ids to MemoryError."""
+    from click.testing import CliRunner
+
+    from inkling_probe.cli import group
+
+    r = CliRunner().invoke(group, ["bisect", "precision", "--cmd", "true", "--layers", "0-99999999999"])
+    assert r.exit_code == 2 and "'0-99999999999' goes past layer 99999" in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1

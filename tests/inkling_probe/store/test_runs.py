@@ -182,3 +182,28 @@ def test_ranks_under_separate_timeout_processes_are_one_run(tmp_path, how):
         assert d.world_size == 2 and d.ranks == [0, 1] and len({s.run_id for s in d.segments}) == 1
         assert d.steps("x") == [0, 1]
         assert [float(d.tensor("x", step=1, rank=r)[0]) for r in (0, 1)] == [1.0, 11.0]
+
+
+def test_overwrite_with_a_folder_named_like_a_segment_is_one_line(tmp_path):
+    """Was a traceback (IsADirectoryError from os.remove)."""
+    path = tmp_path / "d"
+    write(path, [[("x", torch.ones(2))]])
+    planted = path / "rank00000-seg000009-aaaaaaaaaaaa.h5"
+    planted.mkdir()
+    (planted / "keep").write_text("mine")
+    with pytest.raises(DumpError) as e:
+        write(path, [[("x", torch.ones(2))]], overwrite=True)
+    assert str(e.value) == (f"{planted}: a directory named like a segment; INKLING_PROBE_OVERWRITE removes only "
+                            "files: move it away or record into another folder")
+    assert (planted / "keep").read_text() == "mine"
+
+
+def test_overwrite_through_the_environment_with_such_a_folder_exits_with_one_line(tmp_path):
+    path = tmp_path / "d"
+    (path / "rank00000-seg000000-aaaaaaaaaaaa.h5").mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INKLING_PROBE")}
+    env.update(INKLING_PROBE=str(path), INKLING_PROBE_OVERWRITE="1", INKLING_PROBE_WRITER="inline")
+    r = subprocess.run([sys.executable, "-c", "import torch, inkling_probe\ninkling_probe.probe('x', torch.ones(2))"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "Traceback" not in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert "a directory named like a segment" in r.stderr
