@@ -6,8 +6,6 @@ sibling) are unpacked to one 4-bit code per element.
 """
 from __future__ import annotations
 
-import json
-import struct
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +13,8 @@ import numpy as np
 from inkling_probe.errors import ProbeError
 
 _ST_DTYPES = {"F64": "u8", "F32": "u4", "F16": "u2", "BF16": "u2", "I64": "u8", "I32": "u4", "I16": "u2",
-              "I8": "u1", "U8": "u1", "BOOL": "u1", "F8_E4M3": "u1", "F8_E5M2": "u1", "F8_E8M0": "u1"}
+              "I8": "u1", "U64": "u8", "U32": "u4", "U16": "u2", "U8": "u1", "BOOL": "u1", "F8_E4M3": "u1",
+              "F8_E5M2": "u1", "F8_E8M0": "u1"}
 
 
 class BadSource(ProbeError):
@@ -96,9 +95,10 @@ def open_source(path: str, step: int = 0):
 
 
 def _header(f: Path) -> tuple[dict, int]:
+    """Every entry checked against the file (store/safetensors_header.py): a damaged file is one line."""
+    from inkling_probe.store.safetensors_header import BadSafetensors, read_header
+
     try:
-        with open(f, "rb") as fh:
-            (n,) = struct.unpack("<Q", fh.read(8))
-            return json.loads(fh.read(n)), 8 + n
-    except (OSError, ValueError, struct.error) as e:
-        raise BadSource(f"{f}: not a safetensors file ({e})") from None
+        return read_header(f)
+    except BadSafetensors as e:
+        raise BadSource(str(e)) from None
