@@ -61,3 +61,27 @@ def test_bisect_elements_exits_2_on_damaged_safetensors(tmp_path, case):
     r = CliRunner().invoke(group, ["bisect", "elements", str(good), str(bad), "--key", "w"])
     assert r.exit_code == 2 and r.output.startswith(f"Error: {bad}: "), r.output
     assert len(r.output.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage, why", [
+    (lambda d: _corrupt_first_shard(d), "header of 4611686018427387904 bytes"),
+    (lambda d: (d / "model.safetensors.index.json").write_text("{"), "not a safetensors index"),
+])
+def test_run_on_a_checkpoint_with_a_damaged_shard_or_index_exits_2(tmp_path, damage, why):
+    """``run --ckpt`` died with SafetensorError / JSONDecodeError (exit 3)."""
+    from inkling_model.checkpoint import write_random_checkpoint
+    from inkling_model.cli.run import command
+    from inkling_model.config import InklingConfig
+
+    ckpt = write_random_checkpoint(InklingConfig.preset("tiny"), tmp_path / "tiny", seed=0)
+    damage(ckpt)
+    r = CliRunner().invoke(command, ["--ckpt", str(ckpt), "--tokens", "5,6", "--max-new-tokens", "1",
+                                     "--dump", str(tmp_path / "d")])
+    assert r.exit_code == 2 and why in r.output and len(r.output.strip().splitlines()) == 1, r.output
+
+
+def _corrupt_first_shard(ckpt):
+    shard = sorted(ckpt.glob("*.safetensors"))[0]
+    data = shard.read_bytes()
+    shard.write_bytes(struct.pack("<Q", 1 << 62) + data[8:])
