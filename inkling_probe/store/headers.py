@@ -33,7 +33,11 @@ def read_header_and_index(path: str) -> tuple[dict, np.ndarray]:
     fid = h5py.h5f.open(path.encode(), h5py.h5f.ACC_RDONLY)
     try:
         root = h5py.h5g.open(fid, b"/")
-        attrs = {name: _attr(root, name) for name in HEADER_ATTRS if h5py.h5a.exists(root, name.encode())}
+        attrs = {}
+        for name in HEADER_ATTRS:
+            value = _attr(root, name)
+            if value is not _ABSENT:
+                attrs[name] = value
         if attrs.get("format") != schema.FORMAT_NAME or not _has_link(root, b"index"):
             return attrs, None  # the caller says which (not a dump, no index)
         return attrs, _index(root)
@@ -41,8 +45,14 @@ def read_header_and_index(path: str) -> tuple[dict, np.ndarray]:
         fid.close()
 
 
+_ABSENT = object()
+
+
 def _attr(loc, name: str):
-    attr = h5py.h5a.open(loc, name.encode())
+    try:
+        attr = h5py.h5a.open(loc, name.encode())
+    except KeyError:  # cheaper than asking H5Aexists first for the attributes that are there
+        return _ABSENT
     if attr.shape != ():
         raise Damaged(f"attribute {name!r} is not a scalar")
     tid = attr.get_type()
