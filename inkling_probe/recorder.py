@@ -105,9 +105,9 @@ class Recorder:
                                 f"of this launch (world size {self.world_size}, ranks 0..{self.world_size - 1})")
         if not s.rank_records(self.rank):
             return None
-        from inkling_probe.store.folder import prepare, run_id
+        from inkling_probe.store.folder import launcher_identity, prepare, run_id
 
-        launch = "" if s.run else launch_token(s.path, self.world_size)
+        launch = "" if s.run or launcher_identity(os.environ) else launch_token(s.path, self.world_size)
         run = run_id(os.environ, self.world_size, s.run, launch)
         self._lock = prepare(s.path, self.rank, run, s.overwrite)
         options = dict(run_id=run, segment_mb=s.segment_mb, compress=s.compress, pack_kb=s.pack_kb,

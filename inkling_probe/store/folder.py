@@ -30,21 +30,25 @@ def run_id(env, world_size: int, explicit: str = "", launch: str = "") -> str:
     their own ``timeout`` or subshell, unlike their parent or process group) with the rendezvous
     address. A lone process gets a fresh random id. The world size is part of the id.
     """
-    if explicit:
-        source = f"user:{explicit}"
-    elif env.get("TORCHELASTIC_RUN_ID", "none") not in ("", "none"):
-        source = f"torchrun:{env['TORCHELASTIC_RUN_ID']}"
-    elif env.get("SLURM_JOB_ID"):
-        source = f"slurm:{env['SLURM_JOB_ID']}.{env.get('SLURM_STEP_ID', '')}"
-    elif launch:
+    source = f"user:{explicit}" if explicit else launcher_identity(env)
+    if not source and launch:
         source = f"rendezvous:{launch}"
-    elif world_size > 1:
+    if not source and world_size > 1:
         sid = os.getsid(0)
         source = (f"session:{socket.gethostname()}:{sid}:{_start_time(sid)}:"
                   f"{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}")
-    else:
+    if not source:
         return uuid.uuid4().hex[:12]
     return hashlib.sha256(f"{source}:{world_size}".encode()).hexdigest()[:12]
+
+
+def launcher_identity(env) -> str:
+    """The launcher's own name for this launch (torchrun's run id, Slurm's job and step), or ''."""
+    if env.get("TORCHELASTIC_RUN_ID", "none") not in ("", "none"):
+        return f"torchrun:{env['TORCHELASTIC_RUN_ID']}"
+    if env.get("SLURM_JOB_ID"):
+        return f"slurm:{env['SLURM_JOB_ID']}.{env.get('SLURM_STEP_ID', '')}"
+    return ""
 
 
 def _start_time(pid: int) -> str:

@@ -207,3 +207,12 @@ def test_overwrite_through_the_environment_with_such_a_folder_exits_with_one_lin
                        env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "Traceback" not in r.stderr and r.stderr.count("\n") == 1, r.stderr
     assert "a directory named like a segment" in r.stderr
+
+
+def test_run_id_sources_in_order():
+    env = {"MASTER_ADDR": "h", "MASTER_PORT": "1"}
+    assert folder.run_id(env, 2, launch="tok") == folder.run_id({}, 2, launch="tok") != folder.run_id(env, 2, launch="x")
+    assert folder.run_id({**env, "TORCHELASTIC_RUN_ID": "abc"}, 2, launch="tok") == folder.run_id(
+        {"TORCHELASTIC_RUN_ID": "abc"}, 2)  # the launcher's own id comes before the rendezvous token
+    assert folder.run_id(env, 2) == folder.run_id(env, 2)  # same session, same rendezvous address
+    assert folder.launcher_identity({"SLURM_JOB_ID": "9", "SLURM_STEP_ID": "2"}) == "slurm:9.2"
