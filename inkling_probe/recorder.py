@@ -171,15 +171,15 @@ class Recorder:
                 if self._lock is not None:
                     self._lock.release()
                     self._lock = None
-            if not self._opened and not interrupted and self._failed is None:
+            if not self._opened and self._wanted and not interrupted and self._failed is None:
                 raise NothingRecorded(f"{self.settings.path}: recorded nothing, so there is no dump: "
                                       f"{self._why_nothing()}")
 
     def _why_nothing(self) -> str:
-        """Which filter selected nothing, from the probe names and steps this recording saw."""
+        """Which filter selected nothing, from the probe names and steps this recording saw (a
+        recording no probe reached, e.g. one whose probes all went to a CUDA-graph plan, is not
+        judged: nothing was filtered)."""
         s, names = self.settings, list(self._wanted)
-        if not names:
-            return "no probe was called (is the model instrumented, and did a forward run?)"
         if not any(self._wanted.values()):
             shown = ", ".join(names[:3]) + (f" (+{len(names) - 3} more)" if len(names) > 3 else "")
             globs = " ".join(f"{var}={','.join(g)!r}" for var, g in
