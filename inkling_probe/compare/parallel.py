@@ -28,6 +28,7 @@ from inkling_probe.compare.align import Entry, Pair
 
 MIN_BYTES = 64 << 20  # below this much data to read, worker start-up costs more than it saves
 _ACTIVE: "ReadAhead | None" = None  # the read-ahead of the compare running in this process
+LAST_WORKERS: dict = {}  # pid -> {"cpu_s", "peak_rss"} of the last read-ahead's workers (benchmarks)
 
 
 def default_jobs() -> int:
@@ -36,6 +37,60 @@ def default_jobs() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
         return max(1, os.cpu_count() or 1)
+
+
+_BLAS_SETTERS = ("openblas_set_num_threads", "scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_",
+                 "scipy_openblas_set_num_threads", "MKL_Set_Num_Threads")
+_BLAS_GETTERS = ("openblas_get_num_threads", "scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_",
+                 "scipy_openblas_get_num_threads", "MKL_Get_Max_Threads")
+
+
+def _blas_libs() -> list:
+    """The BLAS libraries loaded in this process (from /proc/self/maps; none found elsewhere)."""
+    import ctypes
+
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "blas" in line.lower() or "mkl_rt" in line.lower()}
+    except OSError:
+        return []
+    libs = []
+    for path in sorted(paths):
+        try:
+            libs.append(ctypes.CDLL(path))
+        except OSError:
+            continue
+    return libs
+
+
+def set_blas_threads(n: int) -> list:
+    """Set numpy's BLAS to ``n`` threads; returns what undoes it (for :func:`restore_blas_threads`)."""
+    undo = []
+    for lib in _blas_libs():
+        for set_name, get_name in zip(_BLAS_SETTERS, _BLAS_GETTERS):
+            setter, getter = getattr(lib, set_name, None), getattr(lib, get_name, None)
+            if setter is not None and getter is not None:
+                undo.append((setter, int(getter())))
+                setter(n)
+                break
+    return undo
+
+
+def restore_blas_threads(undo: list) -> None:
+    for setter, n in undo:
+        setter(n)
+
+
+@contextlib.contextmanager
+def one_blas_thread():
+    """numpy's BLAS on one thread while the body runs. compare's float64 dot products are
+    memory-bound, one chunk at a time: BLAS threads only spin (measured on a loaded 2-core
+    machine: 3.7x the CPU time, 3.8x the wall time of one thread); ``jobs`` is the parallelism."""
+    undo = set_blas_threads(1)
+    try:
+        yield
+    finally:
+        restore_blas_threads(undo)
 
 
 def key_of(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: float, batch_rows) -> tuple:
@@ -67,7 +122,8 @@ class ReadAhead:
         self.index = {j.key: i for i, js in enumerate(plan) for j in js}
         self.next = 0  # first pair not yet submitted
         self.hits = self.misses = 0
-        self.pool = ProcessPoolExecutor(jobs, mp_context=_context())
+        self.workers: dict = {}  # pid -> its latest {"cpu_s", "peak_rss"}
+        self.pool = ProcessPoolExecutor(jobs, mp_context=_context(), initializer=_init_worker)
 
     def take(self, key: tuple):
         """The worker's :class:`Measured` for ``key`` (waiting for it), or None when not planned."""
@@ -83,7 +139,9 @@ class ReadAhead:
             return None
         self._fill(i)
         self.hits += 1
-        return got[1].result()
+        measured, pid, usage = got[1].result()
+        self.workers[pid] = usage
+        return measured
 
     def _fill(self, i: int) -> None:
         while self.next < len(self.plan) and self.next <= i + self.window:
@@ -101,10 +159,13 @@ class ReadAhead:
             f.cancel()
         self.pending.clear()
         self.pool.shutdown(wait=True, cancel_futures=True)
+        LAST_WORKERS.clear()
+        LAST_WORKERS.update(self.workers)
 
 
 def _context():
     import multiprocessing
+
 
     # fork shares nothing the workers need (each opens its own files) and starts in milliseconds;
     # spawn where fork is unsafe or missing.
@@ -113,6 +174,17 @@ def _context():
 
 
 _DUMPS: dict = {}  # per worker process: path -> open Dump
+_BASE: list = []  # per worker process: its peak RSS after start-up (bytes)
+
+
+def _init_worker() -> None:
+    import numpy  # noqa: F401  (loads its BLAS)
+
+    from inkling_probe.compare import measure  # noqa: F401  (and everything a job imports)
+    from inkling_probe.store import reader  # noqa: F401
+
+    set_blas_threads(1)  # for the worker's life
+    _BASE.append(_usage()["peak_rss"])
 
 
 def _run(job: Job):
@@ -124,8 +196,18 @@ def _run(job: Job):
             _DUMPS[path] = Dump(path)
         return _DUMPS[path]
 
-    return measure(dump(job.ref_path), job.ref, dump(job.cand_path), job.cand, job.metric, job.rtol,
-                   batch_rows=job.batch_rows)
+    m = measure(dump(job.ref_path), job.ref, dump(job.cand_path), job.cand, job.metric, job.rtol,
+                batch_rows=job.batch_rows)
+    return m, os.getpid(), _usage()
+
+
+def _usage() -> dict:
+    """This process's CPU seconds and peak RSS (bytes) so far."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return {"cpu_s": ru.ru_utime + ru.ru_stime, "peak_rss": ru.ru_maxrss * 1024,
+            "base_rss": _BASE[0] if _BASE else 0}
 
 
 def lookup(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: float, batch_rows):
@@ -182,6 +264,9 @@ def walk_ahead(dumps: dict, ents: dict, pairs: list[Pair], metric: str, batch_ro
     from inkling_probe.compare import floor
     from inkling_probe.compare.walker import _Side
 
+    stack = contextlib.ExitStack()
+    stack.enter_context(one_blas_thread())
+
     side, rtols = _Side(), {}
     for p in pairs:
         _, _, precision = side.advance(p.key, p.step, [p.ref.dtype, p.cand.dtype])
@@ -189,4 +274,5 @@ def walk_ahead(dumps: dict, ents: dict, pairs: list[Pair], metric: str, batch_ro
     control = ents.get("control") or {}
     plan = plan_of(dumps, pairs, lambda p: rtols[id(p)], metric, batch_rows,
                    lambda p: control.get((p.key, p.step, p.call)) if dumps.get("control") is not None else None)
-    return read_ahead(plan, jobs, MIN_BYTES if min_bytes is None else min_bytes)
+    stack.enter_context(read_ahead(plan, jobs, MIN_BYTES if min_bytes is None else min_bytes))
+    return stack
