@@ -164,7 +164,7 @@ def rss(field):
             return int(line.split()[1]) * 1024
 import h5py, numpy, inkling_probe.compare.measure
 base = rss("VmRSS:")
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 if mode == "h5py":  # the same datasets' bytes, read whole with h5py alone
     import h5py, numpy as np
     n = 0
@@ -185,8 +185,7 @@ else:
     from inkling_probe.compare import compare, parallel
     rep = compare(ref, cand, explain=False, jobs=int(mode))
     out = {"workers": list(parallel.LAST_WORKERS.values()),"rows": len(rep.rows), "diverged": rep.diverged, "doc": hashlib.sha256(json.dumps(rep.to_dict(), sort_keys=True, default=str).encode()).hexdigest()}
-ru = resource.getrusage(resource.RUSAGE_SELF)
-out.update(seconds=time.perf_counter() - t0, peak_rss=rss("VmHWM:"), base_rss=base, cpu_s=ru.ru_utime + ru.ru_stime
+out.update(seconds=time.perf_counter() - t0, peak_rss=rss("VmHWM:"), base_rss=base, cpu_s=time.process_time() - c0
            + sum(w["cpu_s"] for w in out.get("workers", [])))
 print(json.dumps(out))
 """

@@ -48,6 +48,7 @@ RISE = 3.0
 def attribute(rows: list[Row]) -> None:
     """Fill ``feeders``, ``score_in``, ``jump`` and ``born`` of rows in execution order."""
     by_key: dict[tuple, Row] = {}
+    inputs: dict[tuple, list[Row]] = {}  # (key, step) -> its recorded inputs' rows (indexed: no scan per row)
     origin: dict[int, Row] = {}  # id(tainted row) -> the row where its error was born
     layer_rows: list[Row] = []
     current = object()
@@ -58,7 +59,7 @@ def attribute(rows: list[Row]) -> None:
             if layer_rows:
                 last_prev = layer_rows[-1]
             layer_rows, current = [], run
-        feeders = _recorded_inputs(row, by_key) or layer_rows + ([last_prev] if last_prev else [])
+        feeders = inputs.get((row.key, row.step), []) or layer_rows + ([last_prev] if last_prev else [])
         row.feeders = [f.key for f in feeders][-8:]
         row.score_in = max((f.score for f in feeders if f.status != "skipped"), default=0.0)
         row.jump = _jump(row.score, row.score_in)
@@ -76,11 +77,22 @@ def attribute(rows: list[Row]) -> None:
         if not row.key.rsplit(".", 2)[-2:-1] == ["in"]:
             layer_rows.append(row)
         by_key[(row.key, row.step, row.call)] = row
+        for parent in _parents(row.key):  # rows of `parent.in.*` in this step, in order
+            inputs.setdefault((parent, row.step), []).append(row)
 
 
 def _recorded_inputs(row: Row, by_key: dict) -> list[Row]:
     prefix = row.key + ".in."
     return [r for (k, s, c), r in by_key.items() if s == row.step and k.startswith(prefix)]
+
+
+def _parents(key: str) -> list[str]:
+    """Every P with ``key`` starting ``P + ".in."`` (what :func:`_recorded_inputs` matches)."""
+    out, at = [], key.find(".in.")
+    while at >= 0:
+        out.append(key[:at])
+        at = key.find(".in.", at + 1)
+    return out
 
 
 def _jump(score: float, score_in: float) -> float:
