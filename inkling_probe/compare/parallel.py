@@ -138,8 +138,12 @@ class ReadAhead:
             self.misses += 1
             return None
         self._fill(i)
+        try:
+            measured, pid, usage = got[1].result()
+        except Exception:  # a worker that died or raised: measured here, raising here if it must
+            self.misses += 1
+            return None
         self.hits += 1
-        measured, pid, usage = got[1].result()
         self.workers[pid] = usage
         return measured
 

@@ -90,3 +90,16 @@ def test_small_dumps_start_no_workers(trio, monkeypatch):
     ref, cand, _ = trio
     monkeypatch.setattr(parallel, "ReadAhead", None)  # would fail if started
     assert compare(ref, cand, jobs=4, decisions=["*.topk_idx"]).rows
+
+
+def test_a_failing_worker_falls_back_to_the_main_process(trio, monkeypatch):
+    ref, cand, _ = trio
+    monkeypatch.setattr(parallel, "MIN_BYTES", 0)
+    monkeypatch.setattr(parallel, "_run", _explode)  # every job fails in its worker
+    one = compare(ref, cand, jobs=1, decisions=["*.topk_idx"])
+    two = compare(ref, cand, jobs=2, decisions=["*.topk_idx"])
+    assert _doc(one) == _doc(two)
+
+
+def _explode(job):
+    raise MemoryError("worker out of memory")
