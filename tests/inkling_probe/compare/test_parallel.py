@@ -103,3 +103,15 @@ def test_a_failing_worker_falls_back_to_the_main_process(trio, monkeypatch):
 
 def _explode(job):
     raise MemoryError("worker out of memory")
+
+
+def test_blas_runs_on_one_thread_during_the_walk_and_is_restored():
+    import numpy  # noqa: F401
+
+    getters = [getattr(lib, n) for lib in parallel._blas_libs() for n in parallel._BLAS_GETTERS if hasattr(lib, n)]
+    if not getters:
+        pytest.skip("no BLAS found in this process")
+    before = [int(g()) for g in getters]
+    with parallel.one_blas_thread():
+        assert [int(g()) for g in getters] == [1] * len(getters)
+    assert [int(g()) for g in getters] == before
