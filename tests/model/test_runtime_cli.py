@@ -50,5 +50,5 @@ def test_cuda_graph_without_cuda_is_bad_input(ckpt, tmp_path):
 def test_bad_runtime_options(ckpt, tmp_path):
     r = _run("--ckpt", ckpt, "--tokens", TOKENS, "--allreduce", "ring", "--dump", str(tmp_path / "d"))
     assert r.exit_code == 2 and "unknown strategy 'ring'" in r.output
-    r = _run("--ckpt", ckpt, "--tokens", TOKENS, "--enforce-eager", "--tp", "2", "--dump", str(tmp_path / "d"))
-    assert r.exit_code == 2 and "--tp 1" in r.output
+    r = _run("--ckpt", ckpt, "--tokens", TOKENS, "--enforce-eager", "--impl", "hf", "--dump", str(tmp_path / "d"))
+    assert r.exit_code == 2 and "(--impl native)" in r.output
