@@ -52,3 +52,13 @@ def test_bad_runtime_options(ckpt, tmp_path):
     assert r.exit_code == 2 and "unknown strategy 'ring'" in r.output
     r = _run("--ckpt", ckpt, "--tokens", TOKENS, "--enforce-eager", "--impl", "hf", "--dump", str(tmp_path / "d"))
     assert r.exit_code == 2 and "(--impl native)" in r.output
+
+
+def test_enforce_eager_runtime_decodes_several_requests(ckpt, tmp_path):
+    """Three requests decoded together by the runtime give what the default decode gives, request by request."""
+    reqs = [a for t in (TOKENS, "300,301,302", "40,41,42,43,44,45,46,47,48,49,50,51") for a in ("--tokens", t)]
+    r1 = _run("--ckpt", ckpt, *reqs, "--max-new-tokens", "5", "--dump", str(tmp_path / "a"))
+    r2 = _run("--ckpt", ckpt, *reqs, "--max-new-tokens", "5", "--enforce-eager", "--dump", str(tmp_path / "b"))
+    assert r1.exit_code == 0 and r2.exit_code == 0, r1.output + r2.output
+    gen = [[x for x in r.output.splitlines() if x.startswith("generated[")] for r in (r1, r2)]
+    assert len(gen[0]) == 3 and gen[0] == gen[1]
