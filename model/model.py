@@ -93,11 +93,13 @@ class InklingForCausalLM(nn.Module):
         return logits[:, : self.config.logits_vocab_size]
 
     def probe_layout(self, ctx: StepContext) -> dict:
-        """The DP layout every probe of this forward declares (nothing without attention-DP)."""
+        """What every probe of this forward declares: how the step runs (``forward``: the context's
+        mode, eager, static-eager or graph with ``graph_bs``) and the DP layout under attention-DP."""
+        meta = ctx.step_meta
         if self.tp.dp_size == 1:
-            return {}
+            return meta
         ids = ctx.request_ids
-        return {"dp_rank": self.tp.dp_peers.rank, "dp_size": self.tp.dp_size,
+        return {**meta, "dp_rank": self.tp.dp_peers.rank, "dp_size": self.tp.dp_size,
                 "requests": None if ids is None else [[i, n] for i, n in zip(ids, ctx.seq_lens)]}
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], strict: bool = True) -> set[str]:

@@ -8,7 +8,7 @@ import math
 
 import click
 
-from inkling_probe.cli.common import BadInput, console, emit_json, open_dump
+from inkling_probe.cli.common import BadInput, Real, Whole, console, emit_json, open_dump
 
 METRICS = ("rel_rms", "cosine", "max_abs", "max_rel", "outside")
 
@@ -23,11 +23,11 @@ METRICS = ("rel_rms", "cosine", "max_abs", "max_rel", "outside")
               help="Name map applied to every dump's keys: a TOML file or a shipped map's name.")
 @click.option("--metric", type=click.Choice(METRICS), default="rel_rms", show_default=True,
               help="The error that decides divergence (cosine: 1 - cos).")
-@click.option("--threshold", type=float, default=None,
+@click.option("--threshold", type=Real(min=0), default=None,
               help="Replaces the dtype default: a key diverges where error > max(THRESHOLD, K x floor).")
-@click.option("-k", "k", type=float, default=2.0, show_default=True, help="Allowed multiple of the control's floor.")
+@click.option("-k", "k", type=Real(min=0, min_open=True), default=2.0, show_default=True, help="Allowed multiple of the control's floor.")
 @click.option("--include", multiple=True, help="Only keys matching this glob (after --map); repeatable.")
-@click.option("--step", "steps", type=int, multiple=True, help="Only this step; repeatable.")
+@click.option("--step", "steps", type=Whole(min=0), multiple=True, help="Only this step; repeatable.")
 @click.option("--all", "all_rows", is_flag=True, help="Table rows: every key (default: diverged keys and culprits).")
 @click.option("--diverged-only", is_flag=True, hidden=True, help="The default now; kept for old scripts.")
 @click.option("--no-explain", is_flag=True, help="Skip the hypotheses (explain) on the culprits.")
@@ -35,8 +35,8 @@ METRICS = ("rel_rms", "cosine", "max_abs", "max_rel", "outside")
               help="Also explain KEY (whatever its status); repeatable.")
 @click.option("--decision", "decisions", multiple=True, metavar="GLOB",
               help="Keys that are routing decisions (top-k ids), besides those the dump or map declares.")
-@click.option("--ref-row", type=int, default=None, help="REF ran a batch: compare its batch row N.")
-@click.option("--cand-row", type=int, default=None, help="CAND ran a batch: compare its batch row N.")
+@click.option("--ref-row", type=Whole(min=0), default=None, help="REF ran a batch: compare its batch row N.")
+@click.option("--cand-row", type=Whole(min=0), default=None, help="CAND ran a batch: compare its batch row N.")
 @click.option("--confirm", is_flag=True,
               help="Replay each culprit that has recorded inputs with the candidate module (needs --ckpt).")
 @click.option("--replay", "replay_key", default=None,

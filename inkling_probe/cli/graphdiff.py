@@ -1,12 +1,14 @@
 """``inkling-probe graphdiff``: the first probe point where graph replays differ from eager.
 
-Exit status: 0 replay equals eager (within --threshold), 1 a divergence was found, 2 bad input.
+Exit status: 0 replay equals eager (within --threshold), 1 a divergence was found, 2 bad input,
+including a pair whose graph side replayed no graph or whose eager side replayed one (the steps'
+``forward`` meta; inkling_probe/graphs/forward.py).
 """
 from __future__ import annotations
 
 import click
 
-from inkling_probe.cli.common import BadInput, emit_json
+from inkling_probe.cli.common import BadInput, Real, Whole, emit_json
 
 
 @click.command("graphdiff")
@@ -18,15 +20,17 @@ from inkling_probe.cli.common import BadInput, emit_json
               help="With --run: directory for the two dumps (eager/, graph/); must not exist.")
 @click.option("--eager-env", default="INKLING_ENFORCE_EAGER", show_default=True,
               help="With --run: the 0/1 variable that makes the command decode eagerly.")
-@click.option("--threshold", type=float, default=0.0, show_default=True,
+@click.option("--threshold", type=Real(min=0), default=0.0, show_default=True,
               help="rel_rms allowed per tensor (0: replay must be bit-identical to eager).")
-@click.option("--step", "steps", type=int, multiple=True, help="Only this step; repeatable.")
+@click.option("--step", "steps", type=Whole(min=0), multiple=True, help="Only this step; repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(dumps, command, out, eager_env, threshold, steps, as_json):
     """Compare graph-replay dump GRAPH against eager dump EAGER of the same decode steps.
 
     Usage: `graphdiff EAGER GRAPH`, or `graphdiff --run CMD --out DIR` to record both first. Names the
-    first probe point (in execution order) and step where the replay differs from eager.
+    first probe point (in execution order) and step where the replay differs from eager. Checks first
+    that GRAPH replayed a CUDA graph and EAGER did not (each step's recorded `forward`: eager,
+    static-eager, graph): otherwise one line, exit 2.
     """
     from pathlib import Path
 

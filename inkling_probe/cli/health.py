@@ -3,28 +3,32 @@ from __future__ import annotations
 
 import click
 
-from inkling_probe.cli.common import console
+from inkling_probe.cli.common import Real, Whole, console
 from inkling_probe.cli.eval_output import conclude
 
 
 @click.command("health")
 @click.argument("gen_log", type=click.Path())
-@click.option("--eos", "eos", type=int, multiple=True, metavar="ID",
+@click.option("--eos", "eos", type=Whole(min=0), multiple=True, metavar="ID",
               help="End-of-sequence id (repeatable), added to the ids the gen-log names.")
-@click.option("--max-run", type=click.IntRange(min=2), default=8, show_default=True,
+@click.option("--max-run", type=Whole(min=2), default=8, show_default=True,
               help="Collapse: this many equal tokens in a row.")
-@click.option("--ngram", type=click.IntRange(min=1), default=4, show_default=True, help="n of the repetition rate.")
-@click.option("--max-repeat", type=click.FloatRange(0, 1), default=0.5, show_default=True,
+@click.option("--ngram", type=Whole(min=1), default=4, show_default=True, help="n of the repetition rate.")
+@click.option("--max-repeat", type=Real(0, 1), default=0.5, show_default=True,
               help="Collapse: this share of n-grams repeating an earlier one.")
+@click.option("--fail-capped", is_flag=True,
+              help="A capped response (the token cap reached, an end id known and never emitted) is unhealthy.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
-def command(ctx, gen_log, eos, max_run, ngram, max_repeat, as_json):
+def command(ctx, gen_log, eos, max_run, ngram, max_repeat, fail_capped, as_json):
     """Check every response of GEN_LOG (JSON lines from `run --gen-log`): finish reason, end ids emitted
-    but not honoured, runaway to the token cap, collapse, non-finite logits. Exit 1 when any response
-    is unhealthy, 2 on bad input."""
+    but not honoured, the token cap (capped: an end id is known and was never emitted, healthy unless
+    --fail-capped; runaway: no end id known, or one emitted and not honoured), collapse, non-finite
+    logits. Exit 0 all healthy, 1 any response unhealthy, 2 bad input."""
     from inkling_probe.evals import health
 
-    conclude(ctx, lambda: health.summarize(gen_log, list(eos), health.Limits(max_run, ngram, max_repeat)),
+    limits = health.Limits(max_run, ngram, max_repeat, fail_capped=fail_capped)
+    conclude(ctx, lambda: health.summarize(gen_log, list(eos), limits),
              as_json, _print, lambda summary: bool(summary.unhealthy))
 
 
@@ -35,8 +39,11 @@ def _print(summary) -> None:
     d = summary.to_dict()
     out = console()
     mix = ", ".join(f"{k} {v}" for k, v in d["finish_reasons"].items())
+    capped = (f"; {d['capped']} capped (token cap reached, end id never emitted"
+              f"{'' if any('capped' in p for r in summary.responses for p in r.problems) else ': healthy'})"
+              if d["capped"] else "")
     out.print(f"{escape(summary.path)}: {d['n']} responses ({mix}); [{'red' if d['unhealthy'] else 'green'}]"
-              f"{d['unhealthy']} unhealthy[/]")
+              f"{d['unhealthy']} unhealthy[/]{capped}")
     if not summary.unhealthy:
         return
     table = Table(title="worst offenders", title_justify="left")

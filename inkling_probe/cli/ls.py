@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from inkling_probe.cli.common import BadInput, console, emit_json, key_filter, open_dump
+from inkling_probe.cli.common import BadInput, Whole, console, emit_json, key_filter, open_dump
 from inkling_probe.views.format import finite_or_none, fmt
 
 _JSON_FIELDS = ("key", "step", "seq", "call", "rank", "shape", "dtype", "shard", "dim", "numel",
@@ -13,7 +13,7 @@ _JSON_FIELDS = ("key", "step", "seq", "call", "rank", "shape", "dtype", "shard",
 @click.command("ls")
 @click.argument("dump", type=click.Path())
 @click.argument("patterns", nargs=-1)
-@click.option("--step", "steps", type=int, multiple=True, help="Only these steps (repeatable).")
+@click.option("--step", "steps", type=Whole(min=0), multiple=True, help="Only these steps (repeatable).")
 @click.option("--per-rank", is_flag=True, help="One row per rank instead of the combined global view.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(dump, patterns, steps, per_rank, as_json):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from inkling_probe.cli.common import console
+from inkling_probe.cli.common import Real, Whole, console
 from inkling_probe.views.format import fmt
 from inkling_probe.cli.eval_output import conclude
 
@@ -11,11 +11,11 @@ from inkling_probe.cli.eval_output import conclude
 @click.command("paired")
 @click.argument("a", type=click.Path())
 @click.argument("b", type=click.Path())
-@click.option("--gate", type=click.FloatRange(min=0), default=0.02, show_default=True,
+@click.option("--gate", type=Real(min=0), default=0.02, show_default=True,
               help="Pass when the pooled |delta| = |mean(B) - mean(A)| is at most this.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed (the CI is reproducible).")
-@click.option("--resamples", type=click.IntRange(min=100), default=10000, show_default=True, help="Bootstrap resamples.")
-@click.option("--level", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True, help="CI level.")
+@click.option("--seed", type=Whole(min=0), default=0, show_default=True, help="Bootstrap seed (the CI is reproducible).")
+@click.option("--resamples", type=Whole(min=100), default=10000, show_default=True, help="Bootstrap resamples.")
+@click.option("--level", type=Real(0.5, 0.999), default=0.95, show_default=True, help="CI level.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def command(ctx, a, b, gate, seed, resamples, level, as_json):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from inkling_probe.cli.common import console
+from inkling_probe.cli.common import Real, console
 from inkling_probe.cli.eval_output import conclude
 
 
@@ -11,7 +11,7 @@ from inkling_probe.cli.eval_output import conclude
 @click.argument("ref", type=click.Path())
 @click.argument("cand", type=click.Path())
 @click.option("--key", default="logits", show_default=True, help="The logits key of both dumps.")
-@click.option("--near-tie", type=click.FloatRange(min=0), default=0.05, show_default=True,
+@click.option("--near-tie", type=Real(min=0), default=0.05, show_default=True,
               help="A mismatch is a near-tie when the reference's margin between the two tokens is below "
                    "this fraction of that position's logit standard deviation.")
 @click.option("--strict", is_flag=True, help="Exit 1 on any mismatch or free-run divergence, near-ties included.")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import click
 
-from inkling_probe.cli.common import BadInput, console, emit_json, open_dump
+from inkling_probe.cli.common import BadInput, Whole, console, emit_json, open_dump
 from inkling_probe.views.format import fmt
 
 
@@ -84,7 +84,7 @@ def lines(res) -> list[str]:
 @click.option("--factory", default=None, help="MODULE:FUNCTION or a registered factory name (default: the one registered, inkling_model).")
 @click.option("--dtype", "dtype_name", type=click.Choice(["fp32", "bf16"]), default=None,
               help="Candidate dtype (default: that of the recorded input).")
-@click.option("--step", default=0, show_default=True)
+@click.option("--step", type=Whole(min=0), default=0, show_default=True, help="Step id.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(ref, key, ckpt, factory, dtype_name, step, as_json):
     """Run the candidate module KEY on REF's recorded inputs (KEY.in.*) and compare with REF's KEY.

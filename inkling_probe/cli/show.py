@@ -3,18 +3,18 @@ from __future__ import annotations
 
 import click
 
-from inkling_probe.cli.common import BadInput, console, emit_json, open_dump
+from inkling_probe.cli.common import BadInput, Whole, console, emit_json, open_dump
 from inkling_probe.views.format import finite_or_none, fmt
 
 
 @click.command("show")
 @click.argument("dump", type=click.Path())
 @click.argument("key")
-@click.option("--step", default=0, show_default=True, help="Step id.")
-@click.option("--call", default=0, show_default=True, help="Which call of KEY within the step.")
-@click.option("--rank", type=int, default=None, help="One rank's shard instead of the global view.")
+@click.option("--step", type=Whole(min=0), default=0, show_default=True, help="Step id.")
+@click.option("--call", type=Whole(min=0), default=0, show_default=True, help="Which call of KEY within the step.")
+@click.option("--rank", type=Whole(min=0), default=None, help="One rank's shard instead of the global view.")
 @click.option("--slice", "slice_text", default=None, help="Numpy-style slice to print, e.g. '0:4,:8'.")
-@click.option("--bins", default=24, show_default=True, type=click.IntRange(min=1), help="Histogram bins.")
+@click.option("--bins", default=24, show_default=True, type=Whole(min=1), help="Histogram bins.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(dump, key, step, call, rank, slice_text, bins, as_json):
     """Show KEY of DUMP: statistics over its values, a slice and a histogram.

@@ -1,10 +1,12 @@
 """Generation health from a gen-log (``run --gen-log``; JSON lines, one per response).
 
 Per response: the finish reason; end-of-sequence ids emitted but not honoured (generation went on,
-or stopped for another reason); runaway (stopped by the token cap, not by an end id); collapse
+or stopped for another reason); stopped by the token cap, which is ``capped`` (healthy: the limit
+was reached while an end id is known and was never emitted, e.g. a short ``--max-new-tokens``) or
+``runaway`` (no end id is known, or one was emitted and not honoured); collapse
 (the longest run of one token, and the n-gram repetition rate: the share of n-grams that repeat an
 earlier one); non-finite logits (when the log holds per-step counts). A response with any of these
-problems is unhealthy.
+problems is unhealthy (a capped response too, with ``fail_capped``).
 """
 from __future__ import annotations
 
@@ -18,12 +20,14 @@ from inkling_probe.evals.jsonl import EvalInputError
 @dataclass(frozen=True)
 class Limits:
     """When collapse counts as a problem: a run of ``max_run`` equal tokens, or a repetition rate of
-    ``max_repeat`` over at least ``min_ngrams`` n-grams of ``ngram`` tokens."""
+    ``max_repeat`` over at least ``min_ngrams`` n-grams of ``ngram`` tokens; ``fail_capped``: a capped
+    response (module docstring) is a problem too."""
 
     max_run: int = 8
     ngram: int = 4
     max_repeat: float = 0.5
     min_ngrams: int = 8
+    fail_capped: bool = False
 
 
 @dataclass
@@ -36,11 +40,12 @@ class Response:
     max_new_tokens: int | None
     eos_ids: list[int]
     eos_not_honoured: list[int]  # positions of end ids that did not end the response
-    runaway: bool
+    runaway: bool  # stopped by the cap with no end id known, or after one was not honoured
     longest_run: int
     longest_run_token: int | None
     repeat_rate: float
     nonfinite: int | None  # None: the log has no per-step counts
+    capped: bool = False  # stopped by the cap, an end id known and never emitted (healthy by default)
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -81,16 +86,20 @@ def check(record: dict, limits: Limits = Limits()) -> Response:
     finished = record["finish_reason"] in ("eos", "stop")
     not_honoured = [i for i, t in enumerate(tokens) if t in eos and not (finished and i == len(tokens) - 1)]
     cap = record["max_new_tokens"]
-    runaway = not finished and cap is not None and len(tokens) >= cap > 0
+    at_cap = not finished and cap is not None and len(tokens) >= cap > 0
+    runaway = at_cap and (not eos or bool(not_honoured))
     run, run_token = longest_run(tokens)
     rate, n_grams = repeat_rate(tokens, limits.ngram)
     nonfinite = None if record["steps"] is None else sum(s.get("nonfinite", 0) for s in record["steps"])
     r = Response(record["id"], record["finish_reason"], len(tokens), cap, record["eos_ids"], not_honoured,
-                 runaway, run, run_token, rate, nonfinite)
+                 runaway, run, run_token, rate, nonfinite, capped=at_cap and not runaway)
     if not_honoured:
         r.problems.append(f"end id emitted but not honoured at {len(not_honoured)} position(s), first {not_honoured[0]}")
     if runaway:
-        r.problems.append(f"runaway: ran to the token cap ({cap})" + ("" if eos else "; no end id known"))
+        why = "an end id was emitted and not honoured" if eos else "no end id known"
+        r.problems.append(f"runaway: ran to the token cap ({cap}); {why}")
+    if r.capped and limits.fail_capped:
+        r.problems.append(f"capped: reached the token cap ({cap}) without emitting an end id")
     if run >= limits.max_run:
         r.problems.append(f"collapse: token {run_token} repeated {run} times in a row")
     if n_grams >= limits.min_ngrams and rate >= limits.max_repeat:
@@ -135,6 +144,7 @@ class Summary:
     def to_dict(self) -> dict:
         problems = Counter(p.split(":")[0].split(" at ")[0] for r in self.responses for p in r.problems)
         return {"path": self.path, "n": len(self.responses), "unhealthy": len(self.unhealthy),
+                "capped": sum(r.capped for r in self.responses),
                 "finish_reasons": dict(Counter(r.finish_reason for r in self.responses)),
                 "problems": dict(problems), "worst": [r.id for r in self.worst()],
                 "responses": [r.to_dict() for r in self.responses]}

@@ -26,6 +26,7 @@ class GraphDiff:
     rows: int = 0
     exact: int = 0
     steps: list[int] = field(default_factory=list)
+    ran: dict = field(default_factory=dict)  # forward.check_pair: the replayed steps and graph batch sizes
 
     @property
     def diverged(self) -> bool:
@@ -33,29 +34,37 @@ class GraphDiff:
 
     def to_dict(self) -> dict:
         return {"eager": self.eager, "graph": self.graph, "diverged": self.diverged, "first_divergence": self.first,
-                "rows": self.rows, "exact": self.exact, "steps": self.steps}
+                "rows": self.rows, "exact": self.exact, "steps": self.steps, "ran": self.ran}
 
     def summary(self) -> str:
+        ran = (f"\ngraph side: {self.ran['graph_side']}\neager side: {self.ran['eager_side']}"
+               if self.ran else "")
         if self.first is None:
             return (f"graph replay equals eager at every probe point: {self.exact} of {self.rows} tensors "
-                    f"bit-identical, steps {self.steps}")
+                    f"bit-identical, steps {self.steps}{ran}")
         f = self.first
         nonfinite = f.get("cand_nan", 0) + f.get("cand_inf", 0)
         what = f"{nonfinite} non-finite values in the replay" if nonfinite else f"rel_rms {f['error']:.3g}"
-        return f"first divergent point: {f['key']} at step {f['step']} ({what})"
+        return f"first divergent point: {f['key']} at step {f['step']} ({what}){ran}"
 
 
 def graph_vs_eager(eager, graph, threshold: float = 0.0, steps=None) -> GraphDiff:
     """Compare a graph-replay dump against the eager dump of the same steps (paths or open dumps).
 
-    ``threshold`` 0: any difference diverges (the deterministic path must be bit-identical).
+    ``threshold`` 0: any difference diverges (the deterministic path must be bit-identical). Raises
+    :class:`~inkling_probe.graphs.forward.NotAGraphPair` first when the graph side replayed no graph
+    at these steps or the eager side replayed one (the steps' ``forward`` meta; graphs/forward.py).
     """
     from inkling_probe.compare import compare
+    from inkling_probe.graphs.forward import check_pair
+    from inkling_probe.store.reader import as_dump
 
+    eager, graph = as_dump(eager), as_dump(graph)
+    ran = check_pair(eager, graph, steps)
     report = compare(eager, graph, threshold=threshold, steps=steps, explain=False)
     rows = [r for r in report.rows if r.against == "reference"]
     out = GraphDiff(str(report.ref), str(report.cand), rows=len(rows),
-                    exact=sum(r.status == "exact" for r in rows), steps=sorted({r.step for r in rows}))
+                    exact=sum(r.status == "exact" for r in rows), steps=sorted({r.step for r in rows}), ran=ran)
     first = report.first_divergence
     if first is not None:
         m = first.metrics

@@ -207,6 +207,12 @@ class Dump:
     def __exit__(self, *exc):
         self.close()
 
+    def _repr_html_(self) -> str:
+        """Jupyter's view: the run, then keys with their steps, calls, ranks, dtypes, shapes and sizes."""
+        from inkling_probe.views.dump_html import dump_html
+
+        return dump_html(self)
+
     def __repr__(self):
         return (f"Dump({self.path!r}: {len(self._by_key)} keys, {len(self._rows)} tensors, "
                 f"ranks {self.ranks} of {self.world_size})")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import sys
 
 
 def fmt(x, digits: int = 4) -> str:
@@ -45,3 +47,14 @@ def json_default(v):
 def to_json(obj, **kwargs) -> str:
     """``obj`` as strict JSON: NaN and Inf become null, numpy scalars numbers."""
     return json.dumps(sanitize(obj), default=json_default, allow_nan=False, **kwargs)
+
+
+def output_width() -> int:
+    """``COLUMNS`` when it is a positive number, else the terminal's width, else 160."""
+    text = os.environ.get("COLUMNS", "").strip()
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else 160
+    except (OSError, ValueError):
+        return 160

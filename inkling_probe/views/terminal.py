@@ -6,22 +6,18 @@ columns go first, numbers are never cut. When the dumps agree it prints one summ
 """
 from __future__ import annotations
 
-import os
-
-from inkling_probe.views.format import fmt
+from inkling_probe.views.format import fmt, output_width
 
 _SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64", "int64": "i64",
           "int32": "i32", "bool": "bool", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2",
           "float4_e2m1fn_x2": "fp4x2", "uint8": "u8"}
 # (column, minimum terminal width to show it): the key, status and numbers always show
-_OPTIONAL = {"shape": 175, "dtype": 130, "max_abs": 195, "floor": 90, "jump": 110, "step": 80, "note": 70}
+_OPTIONAL = {"shape": 175, "dtype": 130, "max_abs": 195, "floor": 90, "jump": 110, "step": 80, "note": 130}
 
 
 def width() -> int:
-    try:
-        return int(os.environ.get("COLUMNS", "")) or os.get_terminal_size().columns
-    except (ValueError, OSError):
-        return 160
+    """The output width: ``COLUMNS``, else the terminal's, else 160 (views/format.py)."""
+    return output_width()
 
 
 def render(out, report, all_rows: bool = False, replayed=None) -> None:
@@ -49,7 +45,7 @@ def _table(report, rows, marks, cols: int):
     shown = [c for c, w in _OPTIONAL.items() if cols >= w]
     title = f"{report.cand} vs {report.ref}" + (f" (control {report.control})" if report.control else "")
     table = Table(title=title if cols >= 100 else None, show_lines=False, width=min(cols, 220))
-    table.add_column("key", overflow="fold", min_width=20, max_width=36)
+    table.add_column("key", overflow="fold", min_width=20 if cols >= 90 else 10, max_width=36)
     for name in ("step", "shape", "dtype"):
         if name in shown:
             table.add_column(name, no_wrap=True)

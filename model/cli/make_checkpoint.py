@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from inkling_probe.cli.common import BadInput
+from inkling_probe.cli.common import BadInput, Whole
 
 PRESETS = ("tiny", "small", "full")
 MAX_BYTES = 16 * 2**30  # refuse layouts larger than this (the full preset is ~1.4 TB in bf16)
@@ -35,7 +35,7 @@ def _config(preset: str, quant: str | None):
 @click.option("--preset", required=True, metavar="NAME", help=f"Model shapes: {', '.join(PRESETS)}.")
 @click.option("--quant", type=click.Choice(["nvfp4"]), default=None,
               help="Quantize the routed experts of MoE layers >= quant_first_layer (3), calibrated on the bf16 model.")
-@click.option("--seed", type=int, default=0, show_default=True,
+@click.option("--seed", type=Whole(min=0), default=0, show_default=True,
               help="Random seed; the same seed gives the same bf16 weights with or without --quant.")
 @click.argument("out", type=click.Path(file_okay=False))
 def command(preset: str, quant: str | None, seed: int, out: str) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from inkling_probe.cli.common import BadInput
+from inkling_probe.cli.common import BadInput, Real, Whole
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
@@ -67,7 +67,7 @@ def _faults(names: tuple[str, ...], impl: str) -> str:
     try:
         faults.from_env({faults.ENV: text})
     except ValueError as e:
-        raise BadInput(f"--fault: {e}") from None
+        raise BadInput(f"--fault / INKLING_FAULT: {e}") from None
     if text and impl != "native":
         raise BadInput("--fault plants bugs in inkling_model's loader and layers; it needs --impl native")
     return text
@@ -86,6 +86,46 @@ def _check_runtime(impl: str, dp: int, cuda_graph: bool, enforce_eager: bool) ->
     if cuda_graph and not enforce_eager and dp > 1:
         raise BadInput("--cuda-graph: graphs under attention-DP (--dp > 1) are not supported; "
                        "add --enforce-eager for the eager runtime")
+
+
+def _check_environment(config) -> None:
+    """The INKLING_* variables that change the computation, checked against the model at start (one
+    line each): ``INKLING_BF16_LAYERS`` names layers the model has; ``INKLING_FAULT_<NAME>`` names a
+    fault and holds 0 or 1 (``INKLING_FAULT`` and ``INKLING_ALLREDUCE`` are checked as --fault and
+    --allreduce)."""
+    from inkling_model.plugins import faults, precision
+
+    text = os.environ.get(precision.ENV, "")
+    try:
+        layers = precision.parse_layers(text)
+    except ValueError as e:
+        raise BadInput(str(e).splitlines()[0]) from None
+    n = config.num_hidden_layers
+    if layers and max(layers) >= n:
+        raise BadInput(f"{precision.ENV}={text!r}: layer {max(layers)} is not in the model (layers 0-{n - 1})")
+    switches = {faults.switch_var(name) for name in faults.FAULTS}
+    for var in sorted(v for v in os.environ if v.startswith(faults.ENV + "_")):
+        if var not in switches:
+            raise BadInput(f"{var}: no such fault switch (known: {', '.join(sorted(switches))})")
+        if os.environ[var].strip() not in ("", "0", "1"):
+            raise BadInput(f"{var}={os.environ[var]!r}: expected 1 or 0")
+
+
+def _env_switch(which: str) -> bool:
+    """The runtime's 0/1 switch (``INKLING_CUDA_GRAPH``, ``INKLING_ENFORCE_EAGER``) when its flag is not
+    given; a bad value is one line (click's flag envvar would print a usage block)."""
+    from inkling_model.runtime import runtime
+
+    try:
+        return runtime.env_flag(getattr(runtime, which))
+    except ValueError as e:
+        raise BadInput(str(e)) from None
+
+
+def _check_eos(ids: list[int], vocab: int, what: str) -> None:
+    bad = [i for i in ids if not 0 <= i < vocab]
+    if bad:
+        raise BadInput(f"{what}: end id {bad[0]} is outside the vocabulary [0, {vocab})")
 
 
 def _check_allreduce(spec: str) -> None:
@@ -188,7 +228,7 @@ def hf_run(ckpt: str, dtype: str, ids: list[int], max_new: int, eos, dump: str, 
     state = {"cache": None}
 
     def forward(step_ids):
-        inkling_probe.step()
+        inkling_probe.step(forward="eager")  # how the step ran, as inkling_model's steps say it
         out = model(input_ids=torch.tensor([step_ids]), cache=state["cache"], use_cache=True)
         state["cache"] = out.cache
         return out.logits[:, -1]  # [1, V]
@@ -227,29 +267,30 @@ def _run(impl, ckpt, tp, dp, dtype, prompts, max_new, eos, dump, gen, runtime=No
 @click.option("--ckpt", required=True, type=click.Path(), help="Checkpoint dir (native layout, config.json).")
 @click.option("--impl", type=click.Choice(["native", "hf"]), default="native", show_default=True,
               help="inkling_model, or transformers' Inkling as the reference (NVFP4 experts dequantized).")
-@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel ranks (spawned, gloo).")
+@click.option("--tp", type=Whole(min=1), default=1, show_default=True, help="Tensor-parallel ranks (spawned, gloo).")
 @click.option("--expert-parallel", is_flag=True, help="Split whole routed experts over the ranks.")
 @click.option("--dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True)
 @click.option("--tokens", metavar="IDS", multiple=True,
               help="Prompt token ids, comma-separated (e.g. 1,2,3); repeat for several requests.")
 @click.option("--prompt", metavar="TEXT", help="Prompt text (needs a tokenizer in --ckpt).")
-@click.option("--dp", type=int, default=1, show_default=True,
+@click.option("--dp", type=Whole(min=1), default=1, show_default=True,
               help="Attention-DP groups (world = dp x tp ranks): group g serves requests g, g+dp, ...")
-@click.option("--max-new-tokens", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--max-new-tokens", type=Whole(min=0), default=0, show_default=True,
               help="Tokens to generate after the prefill (0: prefill only).")
-@click.option("--temperature", type=click.FloatRange(min=0), default=0.0, show_default=True,
+@click.option("--temperature", type=Real(min=0), default=0.0, show_default=True,
               help="0: greedy; else sampled (seeded, see --seed).")
-@click.option("--top-k", type=click.IntRange(min=1), default=None, help="Sample among the top k logits.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")
+@click.option("--top-k", type=Whole(min=1), default=None, help="Sample among the top k logits.")
+@click.option("--seed", type=Whole(min=0), default=0, show_default=True, help="Sampling seed.")
 @click.option("--eos", metavar="IDS", help="End id (then stop ids), overriding tokenizer/generation_config/config.")
-@click.option("--fault", multiple=True, metavar="NAME",
-              help="Plant a known bug (repeatable; env INKLING_FAULT). Names: raw_input_amax, gate_up_layout, "
+@click.option("--fault", multiple=True, metavar="NAME", envvar="INKLING_FAULT", show_envvar=True,
+              help="Plant a known bug (repeatable; the variable: comma-separated). Names: raw_input_amax, gate_up_layout, "
                    "renorm_rows, capture_unsafe_allreduce, adp_global_tp_size, adp_dense_allreduce, no_config_eos.")
-@click.option("--cuda-graph", is_flag=True, envvar="INKLING_CUDA_GRAPH", show_envvar=True,
+@click.option("--cuda-graph", is_flag=True,
               help="Decode through the runtime (static KV pool) with CUDA graphs, on the GPU; probes record "
-                   "inside the graphs.")
-@click.option("--enforce-eager", is_flag=True, envvar="INKLING_ENFORCE_EAGER", show_envvar=True,
-              help="Decode through the same runtime eagerly (with --cuda-graph: on the GPU, no capture).")
+                   "inside the graphs.  [env var: INKLING_CUDA_GRAPH=1|0]")
+@click.option("--enforce-eager", is_flag=True,
+              help="Decode through the same runtime eagerly (with --cuda-graph: on the GPU, no capture).  "
+                   "[env var: INKLING_ENFORCE_EAGER=1|0]")
 @click.option("--allreduce", "allreduce_spec", metavar="SPEC", envvar="INKLING_ALLREDUCE", show_envvar=True,
               help="All-reduce strategy: nccl|oneshot|auto, then optional GLOB=STRATEGY rules per module "
                    "(e.g. 'nccl,layers.*.attn.o_proj=oneshot').")
@@ -268,6 +309,11 @@ def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, dp, max_new_
     bad = [t for ids in prompts for t in ids if not 0 <= t < config.vocab_size]
     if bad:
         raise BadInput(f"--tokens: id {bad[0]} is outside the vocabulary [0, {config.vocab_size})")
+    if eos:
+        _check_eos(_parse_ids(eos, "--eos"), config.vocab_size, f"--eos {eos}")
+    _check_environment(config)
+    cuda_graph, enforce_eager = cuda_graph or _env_switch("CUDA_GRAPH_ENV"), enforce_eager or _env_switch(
+        "ENFORCE_EAGER_ENV")
     _check_parallel(config, tp, dp, impl, len(prompts))
     fault_text = _faults(fault, impl)
     _check_runtime(impl, dp, cuda_graph, enforce_eager)
@@ -278,6 +324,7 @@ def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, dp, max_new_
     os.environ.update(env)  # spawned ranks inherit them
     try:
         eos_spec = _resolve_eos(eos, tokenizer, ckpt_dir)
+        _check_eos(sorted(eos_spec.ids), config.vocab_size, f"end of sequence from {eos_spec.source}")
         gen = dict(temperature=temperature, top_k=top_k, seed=seed)
         runtime = dict(expert_parallel=expert_parallel, dp=dp, cuda_graph=cuda_graph, enforce_eager=enforce_eager)
         responses = _run(impl, str(ckpt_dir), tp, dp, dtype, prompts, max_new_tokens, eos_spec, dump, gen, runtime)

@@ -80,6 +80,11 @@ class StepContext:
         return self.slots is not None
 
     @property
+    def step_meta(self) -> dict:
+        """How the step runs, stored with each of its probes (``forward``, and ``graph_bs`` in a graph)."""
+        return {"forward": self.mode} if self.graph_bs is None else {"forward": self.mode, "graph_bs": self.graph_bs}
+
+    @property
     def num_tokens(self) -> int:
         return sum(self.seq_lens)
 

@@ -22,6 +22,30 @@ def test_notebook_is_committed_without_outputs(path):
     assert code and all(c.outputs == [] and c.execution_count is None for c in code)
 
 
+def _source(stem: str, kind: str) -> str:
+    import nbformat
+
+    nb = nbformat.read(next(p for p in NOTEBOOKS if p.stem == stem), as_version=4)
+    return "\n".join(c.source for c in nb.cells if c.cell_type == kind)
+
+
+def test_culprit_is_where_error_is_born_not_the_largest_jump():
+    """Issue 22: notebook 01 said the culprit is "the key with the largest jump" (compare's rule is
+    where error is born: clean inputs, or far beyond what they carry)."""
+    for path in NOTEBOOKS:
+        text = _source(path.stem, "markdown")
+        assert "largest *jump*" not in text and "the key with the largest" not in text, path.name
+    assert "error is **born**" in _source("01_quickstart", "markdown")
+
+
+def test_notebook_03_drives_the_real_runtime():
+    """Issue 22: notebook 03 was a toy decode step; it now runs inkling_model's decode runtime (the
+    static path eagerly on the CPU, captured graphs on a GPU) and graphdiff's check of what ran."""
+    code = _source("03_cuda_graph", "code")
+    assert "from inkling_model.runtime import Runtime" in code and "enforce_eager=True" in code
+    assert "cuda_graph=True" in code and "graph_vs_eager" in code and "class DecodeStep" not in code
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs(path, tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")

@@ -14,6 +14,7 @@ from inkling_model.parallel import free_port
 from inkling_model.runtime.runtime import Runtime
 from inkling_probe.graphs import BudgetError
 from inkling_probe.graphs.diff import graph_vs_eager
+from inkling_probe.graphs.forward import NotAGraphPair
 from inkling_probe.graphs.nodes import count_nodes, replay_events
 
 from graph_util import tiny_model, tiny_nvfp4_model
@@ -63,6 +64,12 @@ def test_transparency_and_fidelity(model, tmp_path):
     diff = graph_vs_eager(str(tmp_path / "eager"), str(tmp_path / "graph"))
     print(f"fidelity: {diff.summary()}")
     assert not diff.diverged and diff.exact == diff.rows
+    # what ran, from the runtime's step meta: the prefill eager, every decode step a replay of the bs=2 graph
+    assert diff.ran["steps"] == list(range(1, 11)) and diff.ran["graph_bs"] == [2]
+    assert diff.ran["graph_side"] == "step 0 eager, steps 1-10 graph bs=2"
+    assert diff.ran["eager_side"] == "step 0 eager, steps 1-10 static-eager"
+    with pytest.raises(NotAGraphPair, match="eager side"):
+        graph_vs_eager(str(tmp_path / "graph"), str(tmp_path / "graph"))
 
 
 def test_graph_replay_equals_eager_nvfp4_experts(tmp_path_factory):
@@ -159,7 +166,7 @@ def test_off_probes_add_no_node(model, tmp_path, monkeypatch):
     on, slots = _nodes(model, str(tmp_path / "d"))
     with monkeypatch.context() as m:  # the probe calls removed from the source, in effect
         m.setattr(inkling_probe, "probe", lambda *a, **k: None)
-        m.setattr(inkling_probe, "step", lambda: None)
+        m.setattr(inkling_probe, "step", lambda **layout: None)
         stripped, _ = _nodes(model)
     print(f"\nnodes: probes off {dict(off)}, probe calls removed {dict(stripped)}, "
           f"recording on {dict(on)} ({slots} in-graph probes)")

@@ -47,3 +47,59 @@ def test_two_dumps_token_rows_and_bf16(tmp_path):
     assert region_lines(res["diverged_keys"][0]["regions"]) == ["rows 16-31: 1 of 1024",
                                                                 "  blocks 0 (elements 0-15): 1 of 256"]
     assert bisect_elements(a, a)["diverged"] == 0
+
+
+def test_per_expert_vector_is_split_by_expert(nvfp4_ckpt, corrupted_copy, tmp_path):
+    """A per-expert [E] tensor names the expert, not "blocks 0 (elements 0-15)" (issue 22)."""
+    amax = "model.llm.layers.4.mlp.experts.w13_input_amax"
+
+    def bump(v):
+        v[5] ^= 0x1  # expert 5's fp32 amax, lowest mantissa bit
+
+    bad = corrupted_copy(nvfp4_ckpt, tmp_path / "bad", amax, bump, itemsize=4)
+    (row,) = bisect_elements(str(nvfp4_ckpt), str(bad), keys="*experts.w13_input_amax")["diverged_keys"]
+    assert row["key"] == amax and row["shape"] == [8]
+    assert region_lines(row["regions"]) == ["expert 5: 1 of 1"]
+
+
+def test_a_per_expert_vector_is_split_by_expert():
+    from inkling_probe.bisect.elements import levels
+
+    assert levels("layers.3.mlp.experts.input_scale", (8,), False) == [("expert", 0, 1)]
+    mask = np.zeros(8, bool)
+    mask[5] = True
+    assert region_lines(split(mask, levels("layers.3.mlp.experts.input_scale", (8,), False))) == ["expert 5: 1 of 1"]
+
+
+def _safetensors(path, header: dict, data: bytes = b""):
+    import json
+    import struct
+
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + data)
+    return path
+
+
+def test_bad_safetensors_inputs_are_one_line_exit_2(tmp_path):
+    """A FIFO (read would wait forever), a header larger than the file, offsets past the data, a size
+    that does not fit the shape: each refused before any tensor is read."""
+    import os
+    import subprocess
+    import sys
+
+    good = _safetensors(tmp_path / "a.safetensors", {"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}},
+                        bytes(8))
+    os.mkfifo(tmp_path / "fifo.safetensors")
+    huge = tmp_path / "huge.safetensors"
+    huge.write_bytes((10 ** 15).to_bytes(8, "little") + b"{}")
+    past = _safetensors(tmp_path / "past.safetensors", {"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 800]}},
+                        bytes(8))
+    odd = _safetensors(tmp_path / "odd.safetensors", {"x": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}},
+                       bytes(8))
+    cases = [(tmp_path / "fifo.safetensors", "not a regular file"), (huge, "header of 1000000000000000 bytes"),
+             (past, "outside the file's 8 data bytes"), (odd, "8 bytes for shape [3] of F32")]
+    for path, text in cases:
+        p = subprocess.run([sys.executable, "-m", "inkling_probe.cli", "bisect", "elements", str(good), str(path)],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2, (path, p.stderr)
+        assert text in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr

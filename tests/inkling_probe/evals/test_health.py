@@ -44,7 +44,8 @@ def test_cli_summary_worst_and_exit_codes(tmp_path):
     res = CliRunner().invoke(command, [bad, "--json"])
     out = json.loads(res.output)
     assert res.exit_code == 1 and out["unhealthy"] == 2 and out["worst"] == [1, 2]
-    assert out["finish_reasons"] == {"eos": 1, "length": 2} and out["problems"]["runaway"] == 2
+    assert out["finish_reasons"] == {"eos": 1, "length": 2} and "runaway" not in out["problems"]
+    assert out["capped"] == 2  # end id 2 known, never emitted: capped, unhealthy here for the collapse
     assert "worst offenders" in CliRunner().invoke(command, [bad]).output
 
 
@@ -68,3 +69,34 @@ def test_bad_input_is_one_line(tmp_path, line, message):
     (tmp_path / "gen.jsonl").write_text(line + "\n")
     res = CliRunner().invoke(command, [str(tmp_path / "gen.jsonl")])
     assert res.exit_code == 2 and message in res.output and len(res.output.strip().splitlines()) == 1, res.output
+
+
+def test_capped_is_not_a_runaway():
+    """The cap reached with an end id known and never emitted is `capped` (healthy); `runaway` needs no
+    end id known, or an end id emitted and not honoured (issue 22: a healthy checkpoint at
+    --max-new-tokens 24 was called a runaway, exit 1, like the EOS bug)."""
+    capped = _check(tokens=[5, 6, 7, 8], finish_reason="length", max_new_tokens=4)
+    assert capped.capped and not capped.runaway and capped.healthy
+    assert not health.check({**_record([5, 6, 7, 8]), "max_new_tokens": 4},
+                            health.Limits(fail_capped=True)).healthy
+    unknown = _check(tokens=[5, 6, 7, 8], finish_reason="length", max_new_tokens=4, eos_ids=[])
+    assert unknown.runaway and not unknown.capped and "no end id known" in unknown.problems[0]
+    ignored = _check(tokens=[5, 2, 7, 8], finish_reason="length", max_new_tokens=4)
+    assert ignored.runaway and not ignored.capped
+    assert "runaway: ran to the token cap (4); an end id was emitted and not honoured" in ignored.problems
+
+
+def _record(tokens):
+    return {"id": 0, "tokens": tokens, "finish_reason": "length", "max_new_tokens": 16, "eos_ids": [2], "steps": None}
+
+
+def test_cli_capped_exit_codes(tmp_path):
+    log = _log(tmp_path, *[{"tokens": [5 + i, 6, 7, 8], "finish_reason": "length", "max_new_tokens": 4}
+                           for i in range(3)])
+    res = CliRunner().invoke(command, [log])
+    assert res.exit_code == 0, res.output
+    assert "3 responses (length 3); 0 unhealthy; 3 capped (token cap reached, end id never emitted: healthy)" \
+        in " ".join(res.output.split())  # rich wraps the line at 160 columns
+    res = CliRunner().invoke(command, [log, "--fail-capped"])
+    assert res.exit_code == 1 and "3 unhealthy; 3 capped" in res.output, res.output
+    assert "capped: reached the token cap (4) without emitting an end id" in res.output

@@ -14,8 +14,12 @@ import dumps as dumps_helper
 KEYS = ["embed", "layers.0.attn.out", "layers.0.attn.o_proj", "layers.0.resid", "layers.1.attn.o_proj", "logits"]
 
 
-def _steps(nan_at=None):
-    """Step 0 = prefill (eager on both sides), steps 1-3 decode; ``nan_at`` = (key, step) where NaN is born."""
+GRAPH, STATIC = {"forward": "graph", "graph_bs": 1}, {"forward": "static-eager"}
+
+
+def _steps(nan_at=None, decode=GRAPH):
+    """Step 0 = prefill (eager on both sides), steps 1-3 decode (``decode``: how they ran, the runtime's
+    step meta); ``nan_at`` = (key, step) where NaN is born."""
     g = torch.Generator().manual_seed(0)
     steps = []
     for step in range(4):
@@ -25,7 +29,8 @@ def _steps(nan_at=None):
             x = x + torch.tanh(x)
             if nan_at == (key, step):
                 x, poisoned = torch.full_like(x, float("nan")), True
-            items.append((key, x * 3 if poisoned and key == "logits" else x))
+            meta = decode if step else {"forward": "eager"}
+            items.append((key, x * 3 if poisoned and key == "logits" else x, meta))
         steps.append(items)
     return steps
 
@@ -33,7 +38,9 @@ def _steps(nan_at=None):
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     root = tmp_path_factory.mktemp("gd")
-    return {"eager": dumps_helper.write(root / "eager", _steps()),
+    return {"eager": dumps_helper.write(root / "eager", _steps(decode=STATIC)),
+            "eager2": dumps_helper.write(root / "eager2", _steps(decode=STATIC)),
+            "unstated": dumps_helper.write(root / "unstated", [[(k, t) for k, t, _ in s] for s in _steps()]),
             "same": dumps_helper.write(root / "same", _steps()),
             "bad": dumps_helper.write(root / "bad", _steps(("layers.0.attn.o_proj", 1))), "root": root}
 
@@ -55,6 +62,27 @@ def test_equal_dumps_exit_0(pair):
     r = run(pair["eager"], pair["same"])
     assert r.exit_code == 0, r.output
     assert "24 of 24 tensors bit-identical, steps [0, 1, 2, 3]" in r.output
+    assert "graph side: step 0 eager, steps 1-3 graph bs=1\neager side: step 0 eager, steps 1-3 static-eager" in r.output
+    doc = json.loads(run(pair["eager"], pair["same"], "--json").output)
+    assert doc["ran"]["steps"] == [1, 2, 3] and doc["ran"]["graph_bs"] == [1]
+
+
+def test_refuses_a_graph_side_that_replayed_nothing(pair):
+    """Two eager dumps (the issue's `graphdiff --run` without --cuda-graph) are not 'equal': exit 2."""
+    r = run(pair["eager"], pair["eager2"])
+    assert r.exit_code == 2, r.output
+    assert r.output.count("\n") == 1 and "no step replayed a CUDA graph (step 0 eager, steps 1-3 static-eager)" \
+        in r.output
+    r = run(pair["eager"], pair["unstated"])  # a dump that does not say how it ran proves nothing
+    assert r.exit_code == 2 and "steps 0-3 unstated" in r.output, r.output
+    r = run(pair["eager"], pair["same"], "--step", "0")  # the prefill alone: no replay among the steps
+    assert r.exit_code == 2 and "(step 0 eager)" in r.output, r.output
+
+
+def test_refuses_an_eager_side_that_replayed_a_graph(pair):
+    r = run(pair["same"], pair["bad"])
+    assert r.exit_code == 2, r.output
+    assert r.output.count("\n") == 1 and "eager side" in r.output and "steps [1, 2, 3] replayed a CUDA graph" in r.output
 
 
 def test_bad_input_exits_2(pair, tmp_path):
@@ -75,3 +103,22 @@ def test_run_records_both_sides(pair, tmp_path):
     assert (tmp_path / "o" / "eager").is_dir() and (tmp_path / "o" / "graph").is_dir()
     r = run("--run", "sh -c 'exit 3' {dump}", "--out", str(tmp_path / "p"))
     assert r.exit_code == 2 and "eager run failed (exit 3)" in r.output
+
+
+@pytest.mark.slow
+def test_the_issue_command_without_cuda_graph_is_refused(tmp_path):
+    """Issue 22's command: `graphdiff --run "inkling-probe run ... --dump {dump}"` without --cuda-graph
+    printed "graph replay equals eager ... 426 of 426 tensors bit-identical", exit 0. Both sides decode
+    eagerly (the static path, the plain forward): exit 2, one line saying so."""
+    import os
+    import sys
+
+    from inkling_model.checkpoint import write_random_checkpoint
+    from inkling_model.config import InklingConfig
+
+    ckpt = write_random_checkpoint(InklingConfig.preset("tiny"), tmp_path / "ck", seed=0)
+    exe = os.path.join(os.path.dirname(sys.executable), "inkling-probe")
+    r = run("--run", f"{exe} run --ckpt {ckpt} --tokens 5,77,300,12,9,4 --max-new-tokens 4 --dtype bf16 "
+            "--allreduce oneshot --dump {dump}", "--out", str(tmp_path / "gd"))
+    assert r.exit_code == 2, r.output
+    assert r.output.count("\n") == 1 and "no step replayed a CUDA graph (steps 0-3 eager)" in r.output, r.output

@@ -47,6 +47,9 @@ def test_native_and_hf_agree(ckpt, tmp_path):
     assert _generated(r1.output) == _generated(r2.output)
     assert "from generation_config.json" in r1.output
     from inkling_model.model import probe_points
+    from inkling_probe.graphs.forward import how_steps_ran
+
+    assert how_steps_ran(_open(ref)) == how_steps_ran(_open(nat)) == {s: {"eager"} for s in range(3)}
 
     for step in range(3):  # prefill, then two decode steps: every canonical key
         for key in probe_points(InklingConfig.from_pretrained(ckpt)):
@@ -65,6 +68,13 @@ def test_fault_changes_the_run(ckpt, tmp_path):
     assert _rel(ok, bad, "layers.1.resid", 0) == 0.0  # dense layers untouched
     assert _rel(ok, bad, "layers.2.mlp.experts", 0) > 0.1
 
+
+
+def test_fault_from_the_environment_is_honoured(ckpt, tmp_path, monkeypatch):
+    """INKLING_FAULT set in the shell plants the fault (a repro script sets it; run used to erase it)."""
+    monkeypatch.setenv("INKLING_FAULT", "gate_up_layout")
+    res = _run("--ckpt", ckpt, "--tokens", "5,6", "--dump", str(tmp_path / "d"))
+    assert res.exit_code == 0 and "faults gate_up_layout" in res.output, res.output
 
 @pytest.mark.slow
 def test_tp2_spawned(ckpt, tmp_path):
@@ -88,6 +98,13 @@ def test_tp2_spawned(ckpt, tmp_path):
     (["--tokens", "1", "--fault", "nope"], "unknown fault 'nope'"),
     (["--tokens", "1", "--impl", "hf", "--fault", "renorm_rows"], "needs --impl native"),
     (["--tokens", "1", "--impl", "hf", "--tp", "2"], "use --tp 1"),
+    (["--tokens", "1", "--eos", "999999"], "--eos 999999: end id 999999 is outside the vocabulary [0, 512)"),
+    (["--tokens", "1", "--eos", "-1"], "end id -1 is outside the vocabulary"),
+    (["--tokens", "1", "--temperature", "nan"], "--temperature nan: must be a finite number"),
+    (["--tokens", "1", "--temperature", "-1"], "--temperature -1: must be >= 0"),
+    (["--tokens", "1", "--max-new-tokens", "-2"], "--max-new-tokens -2: must be >= 0"),
+    (["--tokens", "1", "--top-k", "0"], "--top-k 0: must be >= 1"),
+    (["--tokens", "1", "--seed", "1.5"], "--seed 1.5: expected an integer"),
 ])
 def test_bad_input_is_one_line(ckpt, tmp_path, args, message):
     if "--ckpt" not in args:
@@ -118,3 +135,23 @@ def test_bf16_native_vs_hf(ckpt, tmp_path):
     err = _rel(ref, nat, "logits", 0)
     print(f"\nbf16 native vs transformers bf16 on a random checkpoint: logits rel_rms {err:.2e}")
     assert err <= 1e-3  # measured 0 (bit-identical) on this CPU
+
+
+@pytest.mark.parametrize("env,message", [
+    ({"INKLING_BF16_LAYERS": "9"}, "INKLING_BF16_LAYERS='9': layer 9 is not in the model (layers 0-5)"),
+    ({"INKLING_BF16_LAYERS": "2-x"}, "INKLING_BF16_LAYERS"),
+    ({"INKLING_FAULT_RAW_INPUT_AMX": "1"}, "INKLING_FAULT_RAW_INPUT_AMX: no such fault switch"),
+    ({"INKLING_FAULT_RAW_INPUT_AMAX": "yes"}, "INKLING_FAULT_RAW_INPUT_AMAX='yes': expected 1 or 0"),
+    ({"INKLING_FAULT": "raw_input_amx"}, "--fault / INKLING_FAULT: unknown fault 'raw_input_amx'"),
+    ({"INKLING_ENFORCE_EAGER": "9"}, "INKLING_ENFORCE_EAGER='9': expected 1 or 0"),
+    ({"INKLING_CUDA_GRAPH": "maybe"}, "INKLING_CUDA_GRAPH='maybe': expected 1 or 0"),
+])
+def test_bad_environment_is_one_line_before_any_work(ckpt, tmp_path, monkeypatch, env, message):
+    """Checked at start against the model (issue 22: INKLING_BF16_LAYERS=9 on a 6-layer model was
+    accepted): nothing runs, no dump is written."""
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    res = CliRunner().invoke(command, ["--ckpt", ckpt, "--tokens", "1", "--dump", str(tmp_path / "d")])
+    assert res.exit_code == 2, res.output
+    assert message in res.output and len(res.output.strip().splitlines()) == 1, res.output
+    assert not (tmp_path / "d").exists()
