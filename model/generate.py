@@ -20,7 +20,7 @@ import torch
 
 from inkling_model.plugins import faults
 from inkling_model.layers.context import RequestCache, StepContext
-from inkling_model.runtime.kv_pool import KVPool
+from inkling_model.layers.kv_cache import KVPool
 
 PAD_REQUEST = -1  # the request id of an idle attention-DP group's one-token padding forward
 

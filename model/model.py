@@ -23,7 +23,7 @@ from inkling_model.layers.embedding import ParallelLMHead, VocabParallelEmbeddin
 from inkling_model.layers.loading import replicated_loader
 from inkling_model.layers.norm import RMSNorm
 from inkling_model.parallel import Parallel
-from inkling_model.runtime.kv_pool import KVPool
+from inkling_model.layers.kv_cache import KVPool
 
 
 @contextlib.contextmanager

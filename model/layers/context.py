@@ -1,7 +1,7 @@
 """The one step context: per-forward metadata, and the request handles into the KV pool.
 
 A forward runs on the flattened new tokens of one or more requests (``seq_lens`` of them each).
-With caches, request i is a :class:`RequestCache`: a slot of a KV pool (model/runtime/kv_pool.py)
+With caches, request i is a :class:`RequestCache`: a slot of the KV pool (layers/kv_cache.py)
 and the number of tokens it holds; its tokens continue at position ``length``, each layer writes
 their keys/values and conv states straight into the slot, and the model advances ``length`` after
 the forward. There is one cache: prefill, plain decode and the runtime (eager or graphs) all use
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-if TYPE_CHECKING:  # the pool is the runtime's (above the layers): named here, never imported
-    from inkling_model.runtime.kv_pool import KVPool
+if TYPE_CHECKING:  # kv_cache.py imports this module: the pool is named here, not imported
+    from inkling_model.layers.kv_cache import KVPool
 
 FORWARD_MODES = ("eager", "static-eager", "graph")
 

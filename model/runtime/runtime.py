@@ -20,7 +20,7 @@ import torch
 from inkling_probe.settings import env_flag
 from inkling_model.generate import PAD_REQUEST, Eos, Generation, any_active, generation_loop, prefill
 from inkling_model.runtime.graphs import BATCH_SIZES, GraphRunner, StaticInputs, decode_step
-from inkling_model.runtime.kv_pool import KVPool
+from inkling_model.layers.kv_cache import KVPool
 
 CUDA_GRAPH_ENV = "INKLING_CUDA_GRAPH"
 ENFORCE_EAGER_ENV = "INKLING_ENFORCE_EAGER"

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from inkling_model.generate import generate
-from inkling_model.runtime.kv_pool import KVPool
+from inkling_model.layers.kv_cache import KVPool
 from inkling_model.runtime.runtime import Runtime
 
 from graph_util import tiny_model
