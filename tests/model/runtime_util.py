@@ -22,7 +22,7 @@ def load(ckpt: str, dtype=torch.bfloat16, dp: int = 1):
     return model.eval()
 
 
-def both(model, prompts=PROMPTS, max_new: int = MAX_NEW) -> dict:
+def both(model, prompts=PROMPTS, max_new: int = MAX_NEW, eos=None) -> dict:
     """{"plain"|"runtime": (tokens per request, logits [steps, V] per request)} for this rank's requests
     (attention-DP: group g serves requests g, g + dp, ...)."""
     from inkling_model.generate import generate
@@ -36,10 +36,10 @@ def both(model, prompts=PROMPTS, max_new: int = MAX_NEW) -> dict:
         steps = [[] for _ in own]
         on_step = lambda i, logits: steps[i].append(logits.clone())  # noqa: E731
         if name == "plain":
-            res = generate(model, own, max_new, request_ids=mine, on_step=on_step)
+            res = generate(model, own, max_new, eos, request_ids=mine, on_step=on_step)
         else:  # the same pool length as generate's: the decode branch attends over the whole pool
             rt = Runtime(model, max_batch=4, max_len=max(len(p) for p in own) + max_new, cuda_graph=False)
-            res = rt.generate(own, max_new, request_ids=mine, on_step=on_step)
+            res = rt.generate(own, max_new, eos, request_ids=mine, on_step=on_step)
         out[name] = ([r.tokens for r in res], [torch.stack(s).float() for s in steps])
     return out
 
@@ -58,5 +58,21 @@ def rank_job(rank: int, world: int, ckpts: dict, layouts: list[int]) -> dict:
     out = {}
     for fmt, ckpt in ckpts.items():
         for dp in layouts:
-            out[f"{fmt}/dp{dp}"] = both(load(ckpt, dp=dp))
+            model = load(ckpt, dp=dp)
+            out[f"{fmt}/dp{dp}"] = both(model)
+            if dp > 1:  # request 1's first token ends it at once: its group idles (padding steps)
+                out[f"{fmt}/dp{dp}/idle"] = both(model, eos=_first_token_of(1, out[f"{fmt}/dp{dp}"], model))
     return out
+
+
+def _first_token_of(request: int, res: dict, model):
+    """Request ``request``'s first greedy token (its group's ranks know it; shared with every rank) as an Eos."""
+    import torch.distributed as dist
+
+    from inkling_model.generate import Eos
+
+    mine = list(range(model.tp.dp_peers.rank, len(PROMPTS), model.tp.dp_size))
+    tok = res["plain"][0][mine.index(request)][0] if request in mine else -1
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, tok)
+    return Eos(max(every))

@@ -34,15 +34,17 @@ def test_runtime_eager_equals_plain_decode_tp1(ckpts, fmt):
 @pytest.mark.slow
 @pytest.mark.parametrize("world,layouts", [(2, [1, 2]), (4, [1, 2])])
 def test_runtime_eager_equals_plain_decode_tp_and_dp(ckpts, world, layouts):
-    """world 2: TP 2 and DP 2 x TP 1; world 4: TP 4 and DP 2 x TP 2 — bf16 and NVFP4, in one spawn."""
+    """world 2: TP 2 and DP 2 x TP 1; world 4: TP 4 and DP 2 x TP 2 — bf16 and NVFP4, in one spawn;
+    under DP also with group 1's request ending at once (that group then decodes padding rows)."""
     from inkling_model.parallel import spawn
 
     ranks = spawn(rank_job, world, ckpts, layouts)
     for rank, out in enumerate(ranks):
         for what, res in out.items():
             check_equal(res, f"rank {rank} {what}")
+    assert [len(t) for t in ranks[-1]["bf16/dp2/idle"]["runtime"][0]] == [1], "group 1 never idled"
     for what in ranks[0]:  # TP: the attention group's ranks hold the same tokens and logits
-        dp = int(what.split("dp")[1])
+        dp = int(what.split("dp")[1].split("/")[0])
         tp = world // dp
         for rank in range(world):
             peer = (rank // tp) * tp
