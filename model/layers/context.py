@@ -54,6 +54,9 @@ class StepContext:
             raise ValueError(f"{len(self.caches)} caches for {len(self.seq_lens)} requests")
         if self.request_ids is not None and len(self.request_ids) != len(self.seq_lens):
             raise ValueError(f"{len(self.request_ids)} request ids for {len(self.seq_lens)} requests")
+        for c, n in zip(self.caches or (), self.seq_lens):
+            if c.length + n > c.pool.max_len:
+                raise ValueError(f"request of {c.length + n} tokens exceeds the pool's max_len {c.pool.max_len}")
         if self.mode not in FORWARD_MODES:
             raise ValueError(f"forward mode {self.mode!r}: expected one of {', '.join(FORWARD_MODES)}")
         if self.pool is None and self.caches and all(n == 1 for n in self.seq_lens):
