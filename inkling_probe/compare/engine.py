@@ -10,7 +10,7 @@ largest tensor, not the dump.
 """
 from __future__ import annotations
 
-from inkling_probe.compare import divergence, floor
+from inkling_probe.compare import divergence, floor, relations
 from inkling_probe.compare.align import align, entries
 from inkling_probe.compare.report import Report
 from inkling_probe.compare.walker import Walker
@@ -76,6 +76,7 @@ def _compare(ref, cand, control=None, *, name_map=None, metric: str = "rel_rms",
             progress(i + 1, len(paired), p.key)
     report.control_rows = walker.control_only_rows()
     divergence.attribute(report.rows)
+    relations.mark(report, dumps, ents, walker)  # own culprits among rows whose feeders are guessed
     divergence.attribute(report.control_rows)
     report.first_divergence = divergence.first_divergence(report.rows)
     report.culprits = divergence.culprits(report.rows) or divergence.culprits(report.control_rows)

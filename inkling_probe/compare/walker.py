@@ -177,11 +177,12 @@ class Walker(RoutingSteps):
         """Token rows judged on their own: a divergence confined to a few rows is not averaged away."""
         e = m.row_errors  # [n]
         base = row.threshold
-        if ctl is not None and ctl.row_errors is not None and ctl.row_errors.shape == e.shape:
-            allow = np.maximum(K_ROW / 2 * self.k * ctl.row_errors, K_ROW * base / self.k)  # [n]
-            allow = np.maximum(allow, K_ROW * floor.min_allowance(row.depth, self.metric))
-        else:
-            allow = np.full(e.shape, K_ROW * base)
+        has_ctl = ctl is not None and ctl.row_errors is not None and ctl.row_errors.shape == e.shape
+        dtypes = [row.ref_dtype, row.cand_dtype]
+        allow = floor.row_allowance(len(e), base, self.k, K_ROW, ctl.row_errors if has_ctl else None,  # [n]
+                                    (ctl.masked or ()) if has_ctl else (),
+                                    floor.min_allowance(row.depth, self.metric, dtypes),
+                                    floor.rounding_allowance(dtypes) if self.metric == "rel_rms" else 0.0, m.row_scale)
         scores = np.where(allow > 0, e / np.where(allow > 0, allow, 1.0), np.where(e > 0, np.inf, 0.0))
         row.token_errors = [float(x) for x in e[:4096]]
         if scores.size:

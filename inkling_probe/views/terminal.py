@@ -100,7 +100,9 @@ def verdict(out, report, replayed=None) -> None:
         out.print(f"[bold yellow]first divergence[/bold yellow]: {escape(fd.key)} step {fd.step} "
                   f"({report.metric} {fmt(fd.error)}, allowance {fmt(fd.threshold)}, score {fmt(fd.score)})")
     for i, cu in enumerate(report.culprits):
-        why = "inputs within tolerance" if cu.born == "clean_inputs" else f"{fmt(cu.jump)}x what its inputs carry"
+        why = {"clean_inputs": "inputs within tolerance", "own_relation": "a relation its inputs do not show",
+               "below_allowance": "under its allowance, amplified downstream"}.get(
+            cu.born, f"{fmt(cu.jump)}x what its inputs carry")
         label = "culprit" if i == 0 else f"culprit #{i + 1}"
         out.print(f"[bold red]{label}[/bold red]: {escape(cu.key)} step {cu.step}: error born here "
                   f"(score {fmt(cu.score)}, {why})")
