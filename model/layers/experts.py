@@ -51,7 +51,7 @@ class Bf16Weights:
         pass
 
 
-def weight_format(name: str | None):
+def weight_format_class(name: str | None):
     """The weight-format class of an ``expert_quant`` value (None: unquantized)."""
     if name is None:
         return Bf16Weights
@@ -84,7 +84,7 @@ class RoutedExperts(nn.Module):
             loaders = dict(rows=shard_loader(1, g.rank, g.size), cols=shard_loader(2, g.rank, g.size),
                            vec=replicated_loader)
         quant = config.expert_quant(layer_idx) if quant == "config" else quant
-        self.weights = weight_format(quant)(self, loaders)
+        self.weight_format = weight_format_class(quant)(self, loaders)
 
     @property
     def expert_start(self) -> int:  # the NVFP4 class's old name
@@ -93,15 +93,15 @@ class RoutedExperts(nn.Module):
     def ffn(self, x: torch.Tensor, e) -> torch.Tensor:
         """Expert(s) e on x: ``w2 (swiglu(w13 x))``. Grouped: e an int, x [n, H]; gathered: e [T, k],
         x [T, k, H]. -> [..., H] in the format's compute dtype."""
-        w13, w2 = self.weights.dense(self, e)  # [..., 2I, H], [..., H, I]
-        a = self.weights.quant_in(self, x, e)
-        h = self.weights.quant_mid(self, swiglu_interleaved(_linear(a, w13)), e)  # [..., I]
+        w13, w2 = self.weight_format.dense(self, e)  # [..., 2I, H], [..., H, I]
+        a = self.weight_format.quant_in(self, x, e)
+        h = self.weight_format.quant_mid(self, swiglu_interleaved(_linear(a, w13)), e)  # [..., I]
         return _linear(h, w2)  # [..., H]
 
     def forward(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_w: torch.Tensor,
                 gathered: bool = False) -> torch.Tensor:
-        self.weights.probe_scales(self)
-        dtype = self.weights.compute_dtype or x.dtype
+        self.weight_format.probe_scales(self)
+        dtype = self.weight_format.compute_dtype or x.dtype
         xc = x.to(dtype)  # [T, H]
         out = self._gathered(xc, topk_idx, topk_w) if gathered else self._grouped(xc, topk_idx, topk_w)
         return out.to(x.dtype)

@@ -78,4 +78,4 @@ class NvFp4RoutedExperts(RoutedExperts):
 
     def dequantized(self, e: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Local expert e's (w13 [2I, H], w2 [H, I]) in fp32."""
-        return self.weights.dense(self, e)
+        return self.weight_format.dense(self, e)

@@ -25,7 +25,7 @@ def ckpts(tmp_path_factory):
 def test_runtime_eager_equals_plain_decode_tp1(ckpts, fmt):
     model = load(ckpts[fmt])
     if fmt == "nvfp4":
-        assert any(layer.mlp.experts.weights.name == "nvfp4" for layer in model.layers if hasattr(layer.mlp, "experts"))
+        assert any(layer.mlp.experts.weight_format.name == "nvfp4" for layer in model.layers if hasattr(layer.mlp, "experts"))
     out = both(model)
     check_equal(out, fmt)
     assert len(out["plain"][1][0]) == 14 and torch.isfinite(out["plain"][1][0]).all()
