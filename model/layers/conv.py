@@ -53,4 +53,4 @@ class ShortConv(nn.Module):
         xf = x.float()  # [B, t, C]
         xin = torch.cat([state, xf], 1)  # [B, K-1+t, C]
         y = F.conv1d(xin.transpose(1, 2), self.weight, groups=self.channels).transpose(1, 2)  # [B, t, C]
-        return (y + xf).to(x.dtype), xin[:, -(self.kernel - 1):].clone()
+        return (y + xf).to(x.dtype), xin[:, -(self.kernel - 1):]  # a view: the caller copies it into the pool
