@@ -62,3 +62,15 @@ def test_enforce_eager_runtime_decodes_several_requests(ckpt, tmp_path):
     assert r1.exit_code == 0 and r2.exit_code == 0, r1.output + r2.output
     gen = [[x for x in r.output.splitlines() if x.startswith("generated[")] for r in (r1, r2)]
     assert len(gen[0]) == 3 and gen[0] == gen[1]
+
+
+@pytest.mark.slow
+def test_enforce_eager_runtime_at_tp2_and_dp2(ckpt, tmp_path):
+    """The runtime through the CLI on spawned gloo ranks: --tp 2 and --dp 2 --enforce-eager give the
+    default decode's tokens (two requests)."""
+    reqs = ["--tokens", TOKENS, "--tokens", "300,301,302"]
+    ref = _run("--ckpt", ckpt, *reqs, "--max-new-tokens", "3", "--dump", str(tmp_path / "ref"))
+    gen = lambda r: [x for x in r.output.splitlines() if x.startswith("generated[")]  # noqa: E731
+    for i, par in enumerate((["--tp", "2"], ["--dp", "2"])):
+        r = _run("--ckpt", ckpt, *reqs, *par, "--max-new-tokens", "3", "--enforce-eager", "--dump", str(tmp_path / str(i)))
+        assert r.exit_code == 0 and gen(r) == gen(ref) and len(gen(ref)) == 2, (par, r.output, ref.output)
