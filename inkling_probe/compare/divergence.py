@@ -66,7 +66,8 @@ def feeders_of(rows: list[Row]):
             if layer_rows:
                 last_prev = layer_rows[-1]
             layer_rows, current = [], run
-        yield row, _recorded_inputs(row, by_key) or layer_rows + ([last_prev] if last_prev else [])
+        feeders = _recorded_inputs(row, by_key) or layer_rows + ([last_prev] if last_prev else [])
+        yield row, feeders + [by_key[x] for x in getattr(row, "cache_feeders", ()) if x in by_key]  # steps.py
         if not row.key.rsplit(".", 2)[-2:-1] == ["in"]:
             layer_rows.append(row)
         by_key[(row.key, row.step, row.call)] = row
@@ -84,7 +85,7 @@ def attribute(rows: list[Row]) -> None:
         row.born = _born(row, dirty)
         if row.born:
             origin[id(row)] = row
-        elif dirty and (row.diverged or row.score >= DECAY):
+        elif dirty and (row.diverged or max(row.score, getattr(row, "carry_score", None) or 0.0) >= DECAY):
             origin[id(row)] = sources[-1]
             if row.diverged and not sources[-1].diverged and not sources[-1].born:
                 sources[-1].born = "below_allowance"  # the birth this divergence leads back to

@@ -29,6 +29,7 @@ class Measured:
     row_errors: np.ndarray | None = None  # [n] e_i per token row (float keys with a token dim)
     row_scale: np.ndarray | None = None  # [n] rho_i: each reference row's norm over an average row's
     masked: list[int] | None = None  # rows set aside here
+    masked_errors: np.ndarray | None = None  # [len(masked)] e_i of the set-aside rows, before setting aside
     ref: Values | None = None  # the conformed pair, kept only when the caller asks (decisions)
     cand: Values | None = None
     token_dim: int | None = None
@@ -98,6 +99,7 @@ def measure(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: flo
         out.token_rows = r.array.shape[td]
         rows = set_aside(out.token_rows)
         if rows:
+            out.masked_errors = row_errors(r, c, td)[rows]  # their own error, before (compare/reach.py)
             arr = np.array(c.array, copy=True)
             idx = [slice(None)] * arr.ndim
             idx[td] = rows

@@ -16,8 +16,16 @@ def as_doc(report) -> dict:
     if isinstance(report, dict):
         return report
     if isinstance(report, (str, os.PathLike)):
-        with open(report, encoding="utf-8") as fh:
-            return json.load(fh)
+        from inkling_probe.store.inputs import BadInputFile, read_text
+
+        text = read_text(report, "a saved compare --json document")  # regular files only, bounded
+        try:
+            doc = json.loads(text)
+        except (ValueError, RecursionError) as e:
+            raise BadInputFile(f"{os.fspath(report)}: not a compare --json document ({e})") from None
+        if not isinstance(doc, dict):
+            raise BadInputFile(f"{os.fspath(report)}: not a compare --json document (a JSON {type(doc).__name__})")
+        return doc
     if hasattr(report, "to_dict"):
         return report.to_dict()
     raise TypeError(f"expected a compare report or its JSON document, got {type(report).__name__}")
@@ -56,6 +64,13 @@ def rows(doc: dict, step: int | None = None) -> list[dict]:
     """Rows in execution order (candidate vs reference, then vs control), optionally of one step."""
     out = list(doc.get("rows") or []) + list(doc.get("control_rows") or [])
     return [r for r in out if step is None or r.get("step") == step]
+
+
+def compared(doc: dict) -> str:
+    """How many keys were compared, said the same way wherever a view counts them: the keys against
+    the reference, then the rows against the control (which the full table lists too)."""
+    n, m = len(doc.get("rows") or []), len(doc.get("control_rows") or [])
+    return f"{n} keys compared against the reference" + (f", {m} against the control" if m else "")
 
 
 def row_for(doc: dict, key: str, step: int = 0, call: int = 0) -> dict | None:

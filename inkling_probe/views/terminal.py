@@ -93,8 +93,14 @@ def verdict(out, report, replayed=None) -> None:
 
     unchecked = report.unchecked
     if not report.diverged and not unchecked:
+        cov = getattr(report, "coverage", None)
+        judged = ""
+        if callable(cov):
+            c = cov()
+            if c["rows_recorded"]:
+                judged = f"; judged {c['rows_judged']} of {c['rows_recorded']} key rows"
         out.print(f"[green]within tolerance[/green]: {len(report.rows)} keys agree "
-                  f"(metric {report.metric}{', control ' + report.control if report.control else ''})")
+                  f"(metric {report.metric}{', control ' + report.control if report.control else ''}{judged})")
     fd = report.first_divergence
     if fd is not None:
         out.print(f"[bold yellow]first divergence[/bold yellow]: {escape(fd.key)} step {fd.step} "
@@ -118,6 +124,8 @@ def verdict(out, report, replayed=None) -> None:
         keys = sorted({r.key for r in unchecked})
         out.print(f"[bold magenta]could not check[/bold magenta] {len(unchecked)} row(s) "
                   f"({escape(', '.join(keys[:6]))}{' ...' if len(keys) > 6 else ''}): not within tolerance")
+        if getattr(report, "unchecked_reason", ""):
+            out.print(f"  unchecked: {escape(report.unchecked_reason)}")
     for note in report.notes[:6]:
         out.print(f"  note: {escape(note)}")
     only(out, "only in the reference", report.only_ref)

@@ -27,10 +27,10 @@ def _hard(rep, truth):
 
 
 def test_inkling_model_norm_weight_under_its_allowance_amplified_by_the_experts(tmp_path):
-    from inkling_model.checkpoint import write_random_checkpoint
+    from inkling_model.checkpoint.synthetic import write_random_checkpoint
     from inkling_model.config import InklingConfig
     from inkling_model.model import InklingForCausalLM
-    from inkling_model.weights import load_checkpoint
+    from inkling_model.checkpoint.weights import load_checkpoint
 
     from hunts import IDS
 
