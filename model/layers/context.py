@@ -17,12 +17,8 @@ runtime's static buffers); a context built from caches of one pool with one toke
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
-
-if TYPE_CHECKING:  # kv_cache.py imports this module: the pool is named here, not imported
-    from inkling_model.layers.kv_cache import KVPool
 
 FORWARD_MODES = ("eager", "static-eager", "graph")
 
@@ -30,7 +26,7 @@ FORWARD_MODES = ("eager", "static-eager", "graph")
 class RequestCache:
     """One request's state: ``slot`` of ``pool`` holding its first ``length`` tokens."""
 
-    def __init__(self, pool: "KVPool", slot: int, length: int = 0):
+    def __init__(self, pool, slot: int, length: int = 0):  # pool: a KVPool (kv_cache.py, which imports this)
         self.pool, self.slot, self.length = pool, slot, length
 
 
@@ -43,7 +39,7 @@ class StepContext:
     seq_lens: list[int]
     caches: list[RequestCache] | None = None
     request_ids: list[int] | None = None
-    pool: "KVPool | None" = None
+    pool: object = None  # the KVPool (kv_cache.py) of a decode step
     slots: torch.Tensor | None = None  # [B] int64, decode steps only
     positions: torch.Tensor | None = None  # [B] int64, decode steps only
     mode: str = "eager"
@@ -72,7 +68,7 @@ class StepContext:
         return cls([num_tokens])
 
     @classmethod
-    def for_decode(cls, pool: "KVPool", slots: torch.Tensor, positions: torch.Tensor,
+    def for_decode(cls, pool, slots: torch.Tensor, positions: torch.Tensor,
                    request_ids: list[int] | None = None, mode: str = "static-eager",
                    graph_bs: int | None = None) -> "StepContext":
         """A decode step over static views: a token per request at ``positions [B]`` of ``slots [B]``."""

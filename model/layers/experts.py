@@ -1,6 +1,7 @@
 """Routed experts: one class, stacked [E, out, in] weights in one of two formats.
 
-A weight format (bf16/fp32 here, NVFP4 in experts_nvfp4.py) says which parameters the experts hold
+A weight format (``Bf16Weights``; ``NvFp4Weights``, whose semantics docs/NVFP4.md and
+experts_nvfp4.py state) says which parameters the experts hold
 and how expert e's dense weights and activations come out of them; the sharding, the naming and the
 math are this module's, once:
 
@@ -21,9 +22,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import inkling_probe
+from inkling_model import nvfp4
 from inkling_model.layers.loading import make_param, replicated_loader, shard_loader
 from inkling_model.layers.mlp import swiglu_interleaved
 from inkling_model.parallel import Parallel, divide
+from inkling_model.plugins.precision import keeps_reference
+
+_NOT_TOKENS = 1  # token_dim for [E] scale vectors: past their last dim, so no token slice applies
 
 
 class Bf16Weights:
@@ -51,14 +57,59 @@ class Bf16Weights:
         pass
 
 
+class NvFp4Weights:
+    """NVFP4 weights [E, out, in/2] uint8 with fp8 block scales [E, out, in/16] and fp32 ``*_scale2``
+    and ``*_input_scale`` [E]."""
+
+    name = "nvfp4"
+    compute_dtype = torch.float32
+
+    def __init__(self, experts: "RoutedExperts", loaders: dict):
+        e, i, h = experts.num_experts, experts.intermediate_size, experts.hidden_size
+        if h % nvfp4.BLOCK or i % nvfp4.BLOCK:
+            raise ValueError(f"NVFP4 experts need hidden ({h}) and per-rank intermediate ({i}) "
+                             f"to be multiples of {nvfp4.BLOCK}")
+        self.unquantized = keeps_reference(experts.layer_idx)  # INKLING_BF16_LAYERS (precision.py)
+        rows, cols, vec = loaders["rows"], loaders["cols"], loaders["vec"]
+        experts.w13_weight = make_param((e, 2 * i, h // 2), rows, torch.uint8)                   # [E, 2I, H/2]
+        experts.w13_weight_scale = make_param((e, 2 * i, h // 16), rows, torch.float8_e4m3fn)    # [E, 2I, H/16]
+        experts.w13_weight_scale2 = make_param((e,), vec, torch.float32)
+        experts.w13_input_scale = make_param((e,), vec, torch.float32)
+        experts.w2_weight = make_param((e, h, i // 2), cols, torch.uint8)                        # [E, H, I/2]
+        experts.w2_weight_scale = make_param((e, h, i // 16), cols, torch.float8_e4m3fn)         # [E, H, I/16]
+        experts.w2_weight_scale2 = make_param((e,), vec, torch.float32)
+        experts.w2_input_scale = make_param((e,), vec, torch.float32)
+
+    def dense(self, m, e) -> tuple[torch.Tensor, torch.Tensor]:
+        """Expert e's (w13 [..., 2I, H], w2 [..., H, I]) in fp32; e an int or an index tensor."""
+        w13 = nvfp4.dequantize(m.w13_weight[e], m.w13_weight_scale[e], m.w13_weight_scale2[e][..., None, None])
+        w2 = nvfp4.dequantize(m.w2_weight[e], m.w2_weight_scale[e], m.w2_weight_scale2[e][..., None, None])
+        return w13, w2
+
+    def quant_in(self, m, x, e):
+        return x if self.unquantized else nvfp4.fake_quant(x, m.w13_input_scale[e][..., None])
+
+    def quant_mid(self, m, h, e):
+        return h if self.unquantized else nvfp4.fake_quant(h, m.w2_input_scale[e][..., None])
+
+    def probe_scales(self, m) -> None:
+        if self.unquantized:  # unquantized layers use no activation scale
+            return
+        p = f"layers.{m.layer_idx}.mlp.experts"
+        shard = dict(shard="concat", dim=0) if m.expert_parallel else dict(shard="replicated")
+        for name, t in (("input_scale", m.w13_input_scale), ("w2_input_scale", m.w2_input_scale),
+                        ("w13_weight_scale2", m.w13_weight_scale2), ("w2_weight_scale2", m.w2_weight_scale2)):
+            inkling_probe.probe(f"{p}.{name}", t, token_dim=_NOT_TOKENS, **shard)
+
+
+WEIGHT_FORMATS = {None: Bf16Weights, "nvfp4": NvFp4Weights}  # config.expert_quant(layer) -> format
+
+
 def weight_format_class(name: str | None):
     """The weight-format class of an ``expert_quant`` value (None: unquantized)."""
-    if name is None:
-        return Bf16Weights
-    if name == "nvfp4":
-        from inkling_model.layers.experts_nvfp4 import NvFp4Weights
-        return NvFp4Weights
-    raise ValueError(f"unknown expert quantization {name!r} (expected nvfp4 or none)")
+    if name not in WEIGHT_FORMATS:
+        raise ValueError(f"unknown expert quantization {name!r} (expected nvfp4 or none)")
+    return WEIGHT_FORMATS[name]
 
 
 class RoutedExperts(nn.Module):
