@@ -44,9 +44,11 @@ METRICS = ("rel_rms", "cosine", "max_abs", "max_rel", "outside")
 @click.option("--ckpt", type=click.Path(), default=None, help="Candidate checkpoint dir for --replay.")
 @click.option("--factory", default=None,
               help="MODULE:FUNCTION or registered name building the --replay module (default: the registered one).")
+@click.option("--jobs", "-j", type=Whole(min=1), default=None,
+              help="Worker processes reading and measuring keys ahead (default: the cores); same result for any N.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(ref, cand, control, name_map, metric, threshold, k, include, steps, all_rows, diverged_only, no_explain,
-            explain_keys, decisions, ref_row, cand_row, confirm, replay_key, ckpt, factory, as_json):
+            explain_keys, decisions, ref_row, cand_row, confirm, replay_key, ckpt, factory, jobs, as_json):
     """Compare dump CAND against dump REF: the first divergence, the culprit and why.
 
     Keys align through --map, by step, call and token (the common tokens when the runs batched
@@ -67,7 +69,7 @@ def command(ref, cand, control, name_map, metric, threshold, k, include, steps, 
             report = compare(dumps[0], dumps[1], dumps[2] if control else None, name_map=name_map, metric=metric,
                              threshold=threshold, k=k, include=include or None, steps=set(steps) or None,
                              explain=not no_explain, explain_keys=explain_keys, decisions=decisions,
-                             ref_row=ref_row, cand_row=cand_row, progress=progress)
+                             ref_row=ref_row, cand_row=cand_row, progress=progress, jobs=jobs)
         replayed = _replay(replay_key, ckpt, factory, dumps[0]) if replay_key else None
         confirmed = _confirm(report, ckpt, factory, dumps[0]) if confirm else None
     except ProbeError as e:
