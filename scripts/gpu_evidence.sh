@@ -5,8 +5,8 @@ set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
 part=${1:-tests}
-pip install -q --no-deps .whl/*.whl >/dev/null 2>&1
-pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "editable install failed"
+python3 -m pip install -q --no-deps .whl/*.whl >/dev/null 2>&1
+python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "editable install failed"
 python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__, torch.cuda.get_device_name(0))"
 w=$(mktemp -d)
 if [ "$part" = tests ]; then
