@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+import inkling_probe
+
 from inkling_model.config import InklingConfig
 from inkling_model.layers.context import ForwardContext
 from inkling_model.model import InklingForCausalLM, _default_dtype
@@ -22,6 +24,11 @@ from .config import MultimodalConfig
 from .fusion import fuse
 from .processor import MediaInputs, media_layout
 from .vision import VisionTower
+
+
+def _text_only(h: torch.Tensor) -> torch.Tensor:
+    inkling_probe.probe("fused", h, media=[])
+    return h
 
 
 class InklingForConditionalGeneration(nn.Module):
@@ -52,8 +59,8 @@ class InklingForConditionalGeneration(nn.Module):
     def forward(self, input_ids: torch.Tensor, ctx: ForwardContext | None = None, last_only: bool = False,
                 media: MediaInputs | None = None) -> torch.Tensor:
         """Logits as :meth:`InklingForCausalLM.forward`; ``media`` (prefill) is fused at its placeholders."""
-        if media is None or media.empty:
-            return self.llm(input_ids, ctx, last_only)
+        if media is None or media.empty:  # text only (decode steps): the fused stream is the embedding
+            return self.llm(input_ids, ctx, last_only, fuse=_text_only)
         layout = media_layout(input_ids, self.mm, media)  # checks placeholders against features first
 
         def fused(h: torch.Tensor) -> torch.Tensor:
