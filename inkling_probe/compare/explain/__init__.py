@@ -27,6 +27,7 @@ from inkling_probe.compare.explain.offset import channel_offset
 from inkling_probe.compare.explain.pair import Pair
 from inkling_probe.compare.explain.permute import layout_permutation
 from inkling_probe.compare.explain.ratio import constant_ratio
+from inkling_probe.compare.explain.renorm import renormalised_rows
 from inkling_probe.compare.explain.rounding import rounding
 from inkling_probe.compare.explain.saturate import saturation
 from inkling_probe.compare.explain.scaled import channel_ratio, row_ratio
@@ -53,7 +54,7 @@ def explain(ref, cand, context: Context | None = None, **fields) -> list[Finding
     if p.rel <= ctx.noise:
         return found
     ratio = constant_ratio(p)
-    found += [f for f in (ratio, layout_permutation(p), sequence_shift(p), rounding(p), row_ratio(p, ratio is not None),
+    found += [f for f in (ratio, renormalised_rows(p), layout_permutation(p), sequence_shift(p), rounding(p), row_ratio(p, ratio is not None),
                           channel_ratio(p, ratio is not None), channel_offset(p), saturation(p)) if f is not None]
     if p.stats.zeroed_energy >= FLUSHED_SHARE * p.stats.dd:  # the zeros may carry the error
         z = measure(p)
