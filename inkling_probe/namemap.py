@@ -7,13 +7,15 @@ canonical probe names, so two implementations' dumps share keys.
     to = 'layers.\\1.attn.out\\2'   # re.expand template; "" drops the key
 
 Shipped maps live in ``inkling_probe/maps/<name>.toml`` and load by name (``NameMap.load("hf_inkling")``).
+Rules may also declare how a foreign dump's tensors combine (``shard``, ``dim``, ``token_dim``,
+``split``, ``shift``, and a ``[foreign]`` table): read when such a dump is opened, docs/INTEROP.md.
 """
 from __future__ import annotations
 
 import os
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 
 from inkling_probe.errors import SettingsError
@@ -26,6 +28,7 @@ _MAX_MAP_BYTES = 1 << 20
 class Rule:
     pattern: re.Pattern
     to: str
+    extra: dict = field(default_factory=dict)  # layout keys foreign dumps read (store/foreign/layout.py)
 
 
 class NameMap:
@@ -34,6 +37,7 @@ class NameMap:
     def __init__(self, rules: list[Rule], drop_unmatched: bool = False, source: str = "<rules>"):
         self.rules = rules
         self.decisions: list[str] = []  # key globs (after the map) that are routing decisions
+        self.foreign: dict = {}  # the [foreign] table: token dim and params for foreign dumps
         self.drop_unmatched = drop_unmatched
         self.source = source
         self._cache: dict[str, str | None] = {}
@@ -73,10 +77,11 @@ class NameMap:
             if not isinstance(item["match"], str) or not isinstance(item["to"], str):
                 raise SettingsError(f"{source}: rule {i + 1}: 'match' and 'to' must be strings")
             try:
-                rules.append(Rule(compile_bounded(item["match"]), item["to"]))
+                rules.append(Rule(compile_bounded(item["match"]), item["to"],
+                                  {k: v for k, v in item.items() if k not in ("match", "to")}))
             except (re.error, ValueError, RecursionError) as e:
                 raise SettingsError(f"{source}: rule {i + 1} match {item['match']!r}: {e}") from None
-        unknown = set(doc) - {"rule", "drop_unmatched", "description", "decisions"}
+        unknown = set(doc) - {"rule", "drop_unmatched", "description", "decisions", "foreign"}
         if unknown:
             raise SettingsError(f"{source}: unknown top-level key {sorted(unknown)[0]!r}")
         nm = cls(rules, bool(doc.get("drop_unmatched", False)), source)
@@ -84,6 +89,7 @@ class NameMap:
         if not isinstance(decisions, list) or not all(isinstance(d, str) for d in decisions):
             raise SettingsError(f"{source}: 'decisions' must be a list of key globs (after the map)")
         nm.decisions = decisions
+        nm.foreign = doc.get("foreign", {})  # how foreign dumps read (store/foreign/layout.py)
         return nm
 
     def apply(self, key: str) -> str | None:
@@ -97,6 +103,9 @@ class NameMap:
         for rule in self.rules:
             m = rule.pattern.fullmatch(key)
             if m:
+                if "split" in rule.extra:
+                    raise SettingsError(f"{self.source}: rule {rule.pattern.pattern!r} splits {key!r} into parts: "
+                                        "give this map when the dump is read (docs/INTEROP.md)")
                 try:
                     out = m.expand(rule.to) or None
                 except (re.error, IndexError) as e:

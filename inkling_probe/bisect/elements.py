@@ -1,7 +1,8 @@
 """``bisect elements``: where two tensors (dumps or checkpoint weights) differ, bit for bit.
 
-Each tensor is split recursively along its natural units: expert (dim 0 of a 3-d experts tensor,
-and each element of a 1-d tensor of the experts module, such as ``experts.w13_input_amax [E]``), row blocks of 16 rows, then 16-element NVFP4 blocks along the last dim (a block-scale tensor's
+Each tensor is split recursively along its natural units: expert (dim 0 of a 3-d experts tensor; each
+element of a 1-d one, e.g. ``input_scale [E]``),
+row blocks of 16 rows, then 16-element NVFP4 blocks along the last dim (a block-scale tensor's
 elements are blocks already). Units with no difference are dropped at once; neighbours whose
 insides differ alike merge into ranges. The answer counts elements: "0 of N elements diverged".
 """
@@ -22,7 +23,7 @@ def levels(key: str, shape: tuple, scale: bool) -> list[tuple[str, int, int]]:
     width = 1 if scale else BLOCK
     if len(shape) == 0:
         return []
-    if len(shape) == 1 and ".experts." in key:  # one value per expert (scale_2, input amax/scale)
+    if len(shape) == 1 and "experts" in key:  # one value per expert (input_scale, weight_scale2 [E])
         return [("expert", 0, 1)]
     outer = [("expert" if "experts" in key and len(shape) == 3 else f"dim{d}", d, 1) for d in range(len(shape) - 2)]
     rows = [("rows", len(shape) - 2, ROWS)] if len(shape) >= 2 else []

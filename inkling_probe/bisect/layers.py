@@ -5,8 +5,11 @@
    not surely diverges, which bounds the search from above.
 2. Binary search over the layers (keys before the first layer count with it, keys after the last
    with the last): each test records one layer's keys in ``full`` mode on every side
-   (``INKLING_PROBE_INCLUDE``) and compares them. ``ceil(log2(L + 1))`` tests find the first diverged
-   layer among L, or none: with the stats run at most ``ceil(log2 L) + 2`` runs per side.
+   (``INKLING_PROBE_INCLUDE``), with the few keys of the earlier layers that carry compare's state
+   (routing decisions and their scores, one key a layer, the precision: ``carry.py``), and compares
+   them: each key is judged as the full compare of the same runs judges it. ``ceil(log2(L + 1))``
+   tests find the first diverged layer among L, or none: with the stats run at most
+   ``ceil(log2 L) + 2`` runs per side.
 It assumes an error, once born, stays visible downstream (the residual stream carries it).
 """
 from __future__ import annotations
@@ -14,7 +17,8 @@ from __future__ import annotations
 import math
 import re
 
-from inkling_probe.bisect.oracle import compare_dumps, verdict
+from inkling_probe.bisect import carry
+from inkling_probe.bisect.oracle import OracleError, compare_dumps, dump_problem, verdict
 from inkling_probe.errors import ProbeError
 
 _LAYER = re.compile(r"^layers\.(\d+)\.")
@@ -24,10 +28,10 @@ def units(keys: list[str]) -> list[dict]:
     """Keys in execution order -> ``[{"name", "globs"}]``, one per layer, outer keys folded in."""
     layers = sorted({int(m.group(1)) for k in keys if (m := _LAYER.match(k))})
     if not layers:
-        return [{"name": "all", "globs": list(keys)}]
+        return [{"name": "all", "globs": carry.include_globs(keys)}]
     first_seen = next(i for i, k in enumerate(keys) if _LAYER.match(k))
-    head = [k for k in keys[:first_seen] if not _LAYER.match(k)]
-    tail = [k for k in keys[first_seen:] if not _LAYER.match(k)]
+    head = carry.include_globs([k for k in keys[:first_seen] if not _LAYER.match(k)])
+    tail = carry.include_globs([k for k in keys[first_seen:] if not _LAYER.match(k)])
     out = [{"name": f"layers.{i}", "globs": [f"layers.{i}.*"]} for i in layers]
     out[0]["globs"] = head + out[0]["globs"]
     out[-1]["globs"] = out[-1]["globs"] + tail
@@ -49,6 +53,7 @@ class LayerSearch:
         stats = self._side_runs("stats", {"INKLING_PROBE_MODE": "stats", "INKLING_PROBE_INCLUDE": None},
                                 ("ref", "cand"))
         us = units(self._keys(stats["ref"]))
+        self.rows = {side: self._index_rows(rec) for side, rec in stats.items()}
         onset = self._nonfinite_onset(stats, us)
         self.tested: dict[int, dict] = {}
         hi = self._search(us, -1, len(us) if onset is None else onset)
@@ -73,6 +78,7 @@ class LayerSearch:
         return {"diverged": found, "layer": us[hi]["name"] if found else None,
                 "first_divergence": v.get("first_divergence") if found else None,
                 "culprit": v.get("culprit") if found else None,
+                "unchecked": v.get("unchecked", []) if found else [],
                 "layers": len(us), "runs_per_side": per_side, "bound": bound(len(us)),
                 "nonfinite_onset": us[onset]["name"] if onset is not None else None}
 
@@ -82,9 +88,11 @@ class LayerSearch:
                 for side, cmd in self.sides.items() if sides is None or side in sides}
 
     def _test(self, unit: dict) -> dict:
-        env = {"INKLING_PROBE_MODE": "full", "INKLING_PROBE_INCLUDE": ",".join(unit["globs"])}
+        env = {"INKLING_PROBE_MODE": "full", "INKLING_PROBE_INCLUDE": ",".join(self._globs(unit))}
         recs = self._side_runs(unit["name"], env)
         key = f"unit:{unit['name']}"
+        for r in recs.values():
+            r.setdefault("trial", key)  # the verdict each run's row shows (--json)
         v = self.runner.state.verdicts.get(key)
         if v is None:
             v = verdict(self._worst(recs), self._judge(recs), self.on_crash)
@@ -95,17 +103,47 @@ class LayerSearch:
         return v
 
     def _judge(self, recs: dict) -> dict:
-        bad = [r for r in recs.values() if r["crashed"] or r["exit_code"] != 0]
-        if bad:
-            return {"crashed": True, "why": f"{bad[0]['label']}: exit code {bad[0]['exit_code']}"}
-        path = {side: self.runner.path(r) for side, r in recs.items()}
+        """The candidate's crash is judged by the crash policy; a reference or control run that fails
+        leaves nothing to judge against: an error, not a verdict on the candidate."""
+        path = {}
+        for side in ("ref", "control", "cand"):
+            rec = recs.get(side)
+            if rec is None:
+                continue
+            failed = rec["crashed"] or rec["exit_code"] != 0
+            why = rec.get("why") or f"exit code {rec['exit_code']}" if failed else None
+            path[side] = self.runner.path(rec)
+            why = why or (dump_problem(path[side]) if side != "cand" else None)
+            if why and side != "cand":
+                raise OracleError(f"the {side} run {rec['label']} cannot be judged against: {why}; "
+                                  f"see {rec['dir']}/output.txt")
+            if why:
+                return {"crashed": True, "why": f"{rec['label']}: {why}"}
         return compare_dumps(path["ref"], path["cand"], path.get("control"), self.options)
 
     @staticmethod
     def _worst(recs: dict) -> dict:
-        return next((r for r in recs.values() if r["crashed"] or r["exit_code"] != 0), recs["cand"])
+        return recs["cand"]
+
+    def _globs(self, unit: dict) -> list[str]:
+        """The unit's keys, and before them the keys of earlier layers that carry compare's state."""
+        if unit["name"] == "all":
+            return unit["globs"]
+        layer = int(unit["name"].split(".")[1])
+        ref = self.rows["ref"]
+        cand = self.rows["cand"] or ref  # a failed candidate stats run: choose by the reference's names
+        return carry.include_globs(carry.carried(ref, cand, layer)) + unit["globs"]
 
     # -- the stats runs --------------------------------------------------------------------
+    def _index_rows(self, rec: dict) -> list[dict]:
+        if rec["crashed"] or rec["exit_code"] != 0:
+            return []
+        try:
+            with self._open(rec) as d:
+                return carry.index_rows(d)
+        except ProbeError:
+            return []
+
     def _open(self, rec: dict):
         from inkling_probe.store.reader import open_dump
 

@@ -12,6 +12,7 @@ from inkling_probe.bisect.trial import reason, trial
 from inkling_probe.errors import ProbeError
 
 DEFAULT_VAR = "INKLING_BF16_LAYERS"
+MAX_LAYER_ID = 65535  # a bound before any set is built: "0-99999999999" is a typo, not a model
 
 
 class BadLayers(ProbeError, ValueError):
@@ -29,10 +30,20 @@ def parse_layers(spec: str, what: str = "--layers", allow_empty: bool = False) -
             raise BadLayers(f"{what} {spec!r}: {part!r} is not a layer id or range A-B") from None
         if lo < 0 or hi < lo:
             raise BadLayers(f"{what} {spec!r}: {part!r} is not an increasing range of ids >= 0")
+        if hi > MAX_LAYER_ID:
+            raise BadLayers(f"{what} {spec!r}: layer {hi} is past {MAX_LAYER_ID}; no model has that many")
         out.update(range(lo, hi + 1))
     if not out and not allow_empty:
         raise BadLayers(f"{what} {spec!r}: no layers")
     return sorted(out)
+
+
+def check_against(layers: list[int], present: list[int], source: str, what: str = "--layers") -> None:
+    """Every requested layer exists in the model (``present``: the layer ids ``source`` shows)."""
+    missing = [i for i in layers if i not in set(present)]
+    if present and missing:
+        raise BadLayers(f"{what}: layer(s) {','.join(map(str, missing[:8]))} not in the model ({source} has "
+                        f"layers {min(present)}-{max(present)})")
 
 
 def bisect_precision(runner, oracle, command, layers: list[int], var: str = DEFAULT_VAR,

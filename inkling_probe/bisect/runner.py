@@ -6,20 +6,27 @@ variables set for it), ``output.txt`` (stdout and stderr), ``exit_code`` and ``d
 command records one). Commands run without a shell (``shlex`` splits them) unless ``shell=True``.
 ``{dump}`` in a command is replaced by the run's dump path; a command without it records through
 ``INKLING_PROBE``.
+
+Each run is a process group of its own (:mod:`~inkling_probe.bisect.procs`), recorded in the state
+while it runs. A runner first reaps the groups a killed bisect left (the state file's lock says no
+live bisect owns them), and a run never reuses a folder that exists: a killed attempt's folder may
+still be written by its orphan, so the redo takes ``pending/NNN-label.r2`` (filed under the usual
+name). Every path is taken through :meth:`State.inside`: inside the work directory, through no link.
 """
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
-import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from inkling_probe.bisect import procs
 from inkling_probe.errors import ProbeError
 
 TAIL_CHARS = 2000
+_ATTEMPT = re.compile(r"\.r\d+$")  # a redone run's pending folder, when a killed attempt left the first
 
 
 class BudgetSpent(ProbeError):
@@ -70,6 +77,7 @@ class Runner:
         self.state, self.max_runs, self.timeout = state, max_runs, timeout
         self.progress = progress or (lambda event, info: None)
         self.seen: set[str] = set()  # keys reported in this session
+        self.reap_stale()  # runs a killed bisect left behind (the state's lock: no live bisect owns them)
 
     def first_report(self, key: str) -> bool:
         """True the first time ``key`` is asked about in this session (repeats are not reported)."""
@@ -87,41 +95,78 @@ class Runner:
         if self.max_runs is not None and len(self.state.runs) >= self.max_runs:
             raise BudgetSpent(f"--max-runs {self.max_runs} spent ({len(self.state.runs)} runs, kept in "
                               f"{self.state.workdir}); run the same command with a larger --max-runs to continue")
+        self.reap_stale()
         n = len(self.state.runs) + 1
         self.seen.add(f"run:{key}")
-        folder = self.state.workdir / "pending" / f"{n:03d}-{_safe(label)}"
-        shutil.rmtree(folder, ignore_errors=True)  # left by a run that was killed
-        folder.mkdir(parents=True)
+        folder = self._new_folder(n, label)
         self.progress("start", {"n": n, "label": label, "key": key})
-        rec = _run(command, env, folder, record, self.timeout)
+        rel = f"pending/{folder.name}"
+
+        token = procs.new_token()
+
+        def started(pid: int) -> None:
+            self.state.set_live([{**procs.identity(pid, token), "dir": rel, "key": key}])
+
+        rec = _run(command, {**env, procs.MARK: token}, folder, record, self.timeout, started)
+        rec["env"].pop(procs.MARK, None)
         rec.update(key=key, label=label, n=n)
+        self.state.live = []
         self.state.add_run(rec)
         self.progress("done", rec)
         return rec
+
+    def reap_stale(self) -> None:
+        """Kill and wait for the process groups a killed bisect left running; remove their folders
+        once nothing of them runs (a group that will not end keeps its folder: no run reuses it)."""
+        if not self.state.live:
+            return
+        for ident in self.state.live:
+            if procs.reap(ident):
+                shutil.rmtree(self.state.inside(ident["dir"]), ignore_errors=True)
+            else:
+                self.progress("stale", ident)
+        self.state.set_live([])
+
+    def _new_folder(self, n: int, label: str) -> Path:
+        """``pending/NNN-label``, or ``NNN-label.rK`` when a killed attempt left that folder."""
+        pending = self.state.inside("pending")
+        pending.mkdir(exist_ok=True)
+        self.state.inside("pending")  # checked again: not a link
+        base = f"{n:03d}-{_safe(label)}"
+        for attempt in range(1, 1000):
+            name = base if attempt == 1 else f"{base}.r{attempt}"
+            try:
+                (pending / name).mkdir()
+            except FileExistsError:
+                continue
+            return pending / name
+        raise ProbeError(f"{pending}: 999 folders for run {n}; clean up the work directory")
 
     def settle(self, runs: list[dict], good: bool) -> None:
         """Move the runs' folders from pending/ to good/ or bad/ (once)."""
         side = "good" if good else "bad"
         for rec in runs:
-            src = self.state.workdir / rec["dir"]
             if not rec["dir"].startswith("pending/"):
                 continue
-            dst = self.state.workdir / side / src.name
-            dst.parent.mkdir(exist_ok=True)
+            src = self.state.inside(rec["dir"])
+            dst_dir = self.state.inside(side)
+            dst_dir.mkdir(exist_ok=True)
+            name = _ATTEMPT.sub("", src.name)  # good/ and bad/ keep one layout: NNN-label
+            dst = self.state.inside(f"{side}/{name}")
             shutil.rmtree(dst, ignore_errors=True)
             if src.exists():
                 os.replace(src, dst)
-            rec["dir"] = f"{side}/{src.name}"
+            rec["dir"] = f"{side}/{name}"
             if rec.get("dump"):
                 rec["dump"] = f"{rec['dir']}/dump"
         self.state.save()
         pending = self.state.workdir / "pending"
-        if pending.is_dir() and not any(pending.iterdir()):
+        if pending.is_dir() and not pending.is_symlink() and not any(pending.iterdir()):
             pending.rmdir()
 
     def path(self, rec: dict, field: str = "dump") -> str:
         """Absolute path of a run's dump (or folder)."""
-        return str(self.state.workdir / rec[field])
+        return str(self.state.inside(rec[field]))
 
 
 def _env(overrides: dict) -> dict:
@@ -134,16 +179,18 @@ def _env(overrides: dict) -> dict:
     return env
 
 
-def _run(command: Command, overrides: dict, folder: Path, record: bool, timeout) -> dict:
+def _run(command: Command, overrides: dict, folder: Path, record: bool, timeout, on_start=None) -> dict:
     dump = str(folder / "dump")
     overrides = dict(overrides)
     if record and not command.records_into_arg():
         overrides["INKLING_PROBE"] = dump
     args = command.args(dump)
     shown = args if isinstance(args, str) else shlex.join(args)
-    sets = " ".join(f"{k}={shlex.quote(v)}" if v is not None else f"-u {k}" for k, v in sorted(overrides.items()))
+    shown_env = {k: v for k, v in overrides.items() if k != procs.MARK}  # the run's token: not a setting
+    sets = " ".join(f"{k}={shlex.quote(v)}" if v is not None else f"-u {k}" for k, v in sorted(shown_env.items()))
     (folder / "command.txt").write_text(f"{sets}\n{shown}\n")
-    code, why, seconds = _spawn(args, command.shell, _env(overrides), folder / "output.txt", timeout)
+    code, why, seconds = procs.run(args, shell=command.shell, env=_env(overrides), out=folder / "output.txt",
+                                   timeout=timeout, on_start=on_start)
     (folder / "exit_code").write_text(f"{code}\n")
     crashed = why is not None or code < 0
     return {"command": shown, "env": overrides, "exit_code": code, "crashed": crashed,
@@ -152,23 +199,11 @@ def _run(command: Command, overrides: dict, folder: Path, record: bool, timeout)
             "dump": f"pending/{folder.name}/dump" if record else None}
 
 
-def _spawn(args, shell: bool, env: dict, out: Path, timeout) -> tuple[int, str | None, float]:
-    t0 = time.monotonic()
-    with open(out, "wb") as f:
-        try:
-            p = subprocess.run(args, shell=shell, env=env, stdout=f, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL, timeout=timeout)
-            return p.returncode, None, time.monotonic() - t0
-        except subprocess.TimeoutExpired:
-            return -9, f"timed out after {timeout} s", time.monotonic() - t0
-        except OSError as e:
-            return 127, f"could not start: {e}", time.monotonic() - t0
-
-
 def _tail(path: Path) -> str:
     data = path.read_bytes()[-TAIL_CHARS:]
     return data.decode("utf-8", "replace")
 
 
 def _safe(label: str) -> str:
-    return "".join(c if c.isalnum() or c in "._+-=," else "_" for c in label)[:80]
+    name = "".join(c if (c.isascii() and c.isalnum()) or c in "._+-=," else "_" for c in label)[:80]
+    return name or "run"

@@ -21,7 +21,11 @@ def reason(v: dict) -> str:
     """Why a verdict failed, for messages: the crash, or the compare's first divergence."""
     if v.get("crashed"):
         return f" ({v.get('why')})"
-    return f" (first divergence {v['first_divergence']})" if v.get("first_divergence") else ""
+    if v.get("first_divergence"):
+        return f" (first divergence {v['first_divergence']})"
+    if v.get("unchecked"):
+        return f" (could not check {v.get('n_unchecked', len(v['unchecked']))} row(s): {v['unchecked'][0]})"
+    return ""
 
 
 def run_rows(state) -> list[dict]:

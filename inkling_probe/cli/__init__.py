@@ -26,6 +26,7 @@ BUILTIN = {
     "paired": "inkling_probe.cli.paired:command",
     "health": "inkling_probe.cli.health:command",
     "parity": "inkling_probe.cli.parity:command",
+    "import": "inkling_probe.cli.import_:command",
 }
 
 def _load(spec: str) -> click.Command:

@@ -69,6 +69,6 @@ def _shard_text(r: dict) -> str:
         return f"{r['shard']} shard, ranks {r['ranks']} only"
     if r["shard"] == "concat":
         return f"concat[{r['dim']}] x{len(r['ranks'])}"
-    if r["shard"] == "partial":
-        return f"partial x{len(r['ranks'])}"
+    if r["shard"] != "replicated":  # partial, or a foreign dump's undeclared layout
+        return f"{r['shard']} x{len(r['ranks'])}"
     return "replicated"

@@ -18,14 +18,20 @@ __all__ = ["Dump", "Segment", "open_dump", "as_dump", "MAX_OPEN_FILES"]
 MAX_OPEN_FILES = 32  # segment files kept open at once (least recently used closed first)
 
 
-def open_dump(path) -> "Dump":
-    """Open the dump at ``path`` (a dump folder, or one segment file of it)."""
+def open_dump(path, **foreign) -> "Dump":
+    """Open the dump at ``path`` (a dump folder, or one segment file of it). Any other folder or file
+    is read as a foreign dump (store/foreign: SGLang's dumper, .pt, .safetensors, .npz, .npy), with
+    ``foreign`` options ``name_map=``, ``pattern=``, ``params=`` (docs/INTEROP.md)."""
+    from inkling_probe.store.foreign import is_foreign, open_foreign
+
+    if foreign or is_foreign(path):
+        return open_foreign(path, **foreign)
     return Dump(path)
 
 
 def as_dump(d) -> "Dump | None":
     """A Dump from a path, the Dump itself, or None for None (for APIs taking either)."""
-    return d if d is None or isinstance(d, Dump) else Dump(d)
+    return d if d is None or isinstance(d, Dump) else open_dump(d)
 
 
 class Dump:

@@ -25,7 +25,7 @@ def _combine(rows: list[dict], world_size: int) -> dict:
     first["incomplete"] = first["shard"] != "replicated" and len(rows) < world_size
     if first["shard"] == "replicated" or len(rows) == 1 or first["incomplete"]:
         return first  # one rank's shard when others did not record it: ls says so
-    if first["shard"] == "partial":
+    if first["shard"] != "concat":  # partial sums, or a foreign dump's undeclared layout (store/foreign)
         return {**first, "mean": math.nan, "rms": math.nan, "absmax": math.nan, "nan": -1, "inf": -1,
                 "hash": ""}
     dim = first["dim"]

@@ -34,6 +34,8 @@ def command():
 
     \b
     Every bisect keeps its runs in --workdir (state.json, good/, bad/) and resumes from it when
-    run again with the same arguments. Exit codes: 0 finished, 1 a divergence was found (layers,
-    elements), 2 bad input, 4 the --max-runs budget was spent (run again with a larger one).
+    run again with the same arguments (a state file that fails its checks is refused). Exit codes:
+    0 finished, 1 a divergence was found (layers, elements), 2 bad input (checked before any run),
+    3 the oracle could not judge a run (the reason is printed; never a verdict), 4 the --max-runs
+    budget was spent (run again with a larger one).
     """

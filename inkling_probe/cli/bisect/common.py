@@ -10,10 +10,33 @@ from inkling_probe.cli.common import BadInput, emit_json
 EXIT_BUDGET = 4
 
 
+class OracleExit(click.ClickException):
+    """The oracle could not judge a run: one line with its reason, exit 3 (never a verdict)."""
+
+    exit_code = 3
+
+
 class BudgetExit(click.ClickException):
     """The --max-runs budget is spent: one line, exit 4, the state kept for a resume."""
 
     exit_code = EXIT_BUDGET
+
+
+def finite(minimum: float = 0.0, open_min: bool = False):
+    """A click callback: a finite number >= ``minimum`` (> with ``open_min``), else one line, exit 2.
+    click's own ranges let NaN through (every comparison with NaN is false)."""
+    import math
+
+    def check(ctx, param, value):
+        if value is None:
+            return None
+        ok = math.isfinite(value) and (value > minimum if open_min else value >= minimum)
+        if not ok:
+            raise BadInput(f"--{param.name.replace('_', '-')} {value}: must be a finite number "
+                           f"{'>' if open_min else '>='} {minimum:g}")
+        return value
+
+    return check
 
 
 def run_options(f):
@@ -23,11 +46,11 @@ def run_options(f):
                      help="Where the state file and every run's artifacts go (default: ./bisect-KIND). "
                           "Run again with the same arguments to resume."),
         click.option("--shell", is_flag=True, help="Run commands through /bin/sh (default: no shell, shlex-split)."),
-        click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+        click.option("--timeout", type=float, default=None, callback=finite(0, open_min=True),
                      help="Seconds before a run is killed (counted as a crash)."),
         click.option("--on-crash", type=click.Choice(["fail", "pass", "stop"]), default="fail", show_default=True,
                      help="What a crashed run (signal, timeout, no start; compare oracles: any non-zero exit) counts as."),
-        click.option("--max-runs", type=click.IntRange(min=1), default=None,
+        click.option("--max-runs", type=int, default=None, callback=finite(1),
                      help="Stop (exit 4, state kept) before starting more runs than this."),
         click.option("--json", "as_json", is_flag=True, help="Print the answer and every run as JSON."),
     ]
@@ -55,6 +78,8 @@ def printer(as_json: bool):
         elif event == "verdict":
             word = "[green]pass[/]" if info["passed"] else "[red]FAIL[/]"
             extra = f"  first divergence {info['first_divergence']}" if info.get("first_divergence") else ""
+            if not extra and info.get("unchecked"):
+                extra = f"  could not check {info.get('n_unchecked', len(info['unchecked']))} row(s)"
             con.print(f"  -> {info['label']}: {word}{extra}")
 
     return progress, status
@@ -78,20 +103,52 @@ def session(kind: str, workdir, args: dict, max_runs, timeout, as_json):
     except StateMismatch as e:
         raise BadInput(str(e)) from None
     progress, status = printer(as_json)
-    return state, Runner(state, max_runs=max_runs, timeout=timeout, progress=progress), status
+    try:
+        runner = Runner(state, max_runs=max_runs, timeout=timeout, progress=progress)
+    except StateMismatch as e:
+        raise BadInput(str(e)) from None
+    return state, runner, status
+
+
+def _terminate_as_exit() -> dict:
+    """SIGTERM and SIGHUP end the bisect as an exception does: the run in progress is killed with its
+    whole process group on the way out (Ctrl-C already does; the run's group is not the terminal's).
+    Returns the handlers it replaced."""
+    import signal
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    old = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            old[sig] = signal.signal(sig, stop)
+        except ValueError:  # not the main thread (an embedding caller): leave its handlers alone
+            pass
+    return old
 
 
 def guarded(search):
-    """Run ``search()``; the toolkit's expected errors become one-line exits (2, or 4 for the budget)."""
+    """Run ``search()``; the toolkit's expected errors become one-line exits (2; 3 when the oracle could
+    not judge a run; 4 for the budget). SIGTERM/SIGHUP end it as an exception does meanwhile."""
+    import signal
+
+    from inkling_probe.bisect.oracle import OracleError
     from inkling_probe.bisect.runner import BudgetSpent
     from inkling_probe.errors import ProbeError
 
+    handlers = _terminate_as_exit()
     try:
         return search()
     except BudgetSpent as e:
         raise BudgetExit(str(e)) from None
+    except OracleError as e:
+        raise OracleExit(str(e)) from None
     except ProbeError as e:
         raise BadInput(str(e)) from None
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
 
 
 def finish(state, answer: dict, as_json: bool, render) -> None:
@@ -104,11 +161,13 @@ def finish(state, answer: dict, as_json: bool, render) -> None:
     if as_json:
         emit_json({"kind": state.kind, "workdir": str(state.workdir), "answer": answer, "runs": runs,
                    "runs_done": len(runs), "runs_resumed": state.resumed_runs})
+        state.close()
         return
     render(answer)
     fresh = len(runs) - state.resumed_runs
     click.echo(f"{len(runs)} runs ({fresh} now, {state.resumed_runs} from the state file); "
                f"artifacts in {state.workdir}/good and {state.workdir}/bad")
+    state.close()
 
 
 def commands(shell: bool, **texts) -> dict:

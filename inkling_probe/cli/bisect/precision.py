@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from inkling_probe.cli.bisect.common import commands, finish, guarded, run_options, session
-from inkling_probe.cli.bisect.oracle_options import make_oracle, oracle_options
+from inkling_probe.cli.bisect.oracle_options import control_dump, make_oracle, oracle_options
 from inkling_probe.cli.common import BadInput
 
 
@@ -16,6 +16,25 @@ def _render(answer: dict) -> None:
                f"({answer['tests']} distinct layer sets tested)")
 
 
+def _check_layers(layers, orc, spec) -> None:
+    """Layers the compare oracle's reference dump does not have are bad input, before any run."""
+    import re
+
+    from inkling_probe.bisect.precision import BadLayers, check_against
+    from inkling_probe.store.reader import open_dump
+
+    ref = getattr(orc, "ref", None)
+    if ref is None:
+        return  # the exit oracle: no dump shows the model's layers (docs/BISECT.md)
+    pattern = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+    with open_dump(ref) as d:
+        present = sorted({int(m.group(1)) for k in d.keys() if (m := pattern.search(k))})
+    try:
+        check_against(layers, present, f"the reference dump {ref}", f"--layers {spec}")
+    except BadLayers as e:
+        raise BadInput(str(e)) from None
+
+
 @click.command("precision")
 @click.option("--cmd", "cmd", required=True, help="The command to run ({dump} for its dump).")
 @click.option("--layers", "spec", required=True, metavar="SPEC", help="Candidate layers: 3-5, 3,5,7, 2-4,9.")
@@ -23,7 +42,7 @@ def _render(answer: dict) -> None:
               help="The variable the command reads the reference-precision layers from (comma-separated ids).")
 @oracle_options
 @run_options
-def command(cmd, spec, var, oracle, control, threshold, name_map, include,
+def command(cmd, spec, var, oracle, control, control_alias, threshold, name_map, include,
             workdir, shell, timeout, on_crash, max_runs, as_json):
     """ddmin over layers: the smallest set kept at reference precision for which the oracle passes."""
     from inkling_probe.bisect.precision import BadLayers, bisect_precision, parse_layers
@@ -33,7 +52,9 @@ def command(cmd, spec, var, oracle, control, threshold, name_map, include,
     except BadLayers as e:
         raise BadInput(str(e)) from None
     cmds = commands(shell, cmd=cmd)
+    control = control_dump(control, control_alias)
     orc = make_oracle(oracle, control, threshold, name_map, include)
+    _check_layers(layers, orc, spec)
     args = dict(cmd=cmd, shell=shell, layers=layers, var=var, oracle=orc.spec, control=control,
                 threshold=threshold, map=name_map, include=include, on_crash=on_crash)
     state, runner, status = session("precision", workdir, args, max_runs, timeout, as_json)

@@ -60,3 +60,46 @@ def test_per_expert_vector_is_split_by_expert(nvfp4_ckpt, corrupted_copy, tmp_pa
     (row,) = bisect_elements(str(nvfp4_ckpt), str(bad), keys="*experts.w13_input_amax")["diverged_keys"]
     assert row["key"] == amax and row["shape"] == [8]
     assert region_lines(row["regions"]) == ["expert 5: 1 of 1"]
+
+
+def test_a_per_expert_vector_is_split_by_expert():
+    from inkling_probe.bisect.elements import levels
+
+    assert levels("layers.3.mlp.experts.input_scale", (8,), False) == [("expert", 0, 1)]
+    mask = np.zeros(8, bool)
+    mask[5] = True
+    assert region_lines(split(mask, levels("layers.3.mlp.experts.input_scale", (8,), False))) == ["expert 5: 1 of 1"]
+
+
+def _safetensors(path, header: dict, data: bytes = b""):
+    import json
+    import struct
+
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + data)
+    return path
+
+
+def test_bad_safetensors_inputs_are_one_line_exit_2(tmp_path):
+    """A FIFO (read would wait forever), a header larger than the file, offsets past the data, a size
+    that does not fit the shape: each refused before any tensor is read."""
+    import os
+    import subprocess
+    import sys
+
+    good = _safetensors(tmp_path / "a.safetensors", {"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}},
+                        bytes(8))
+    os.mkfifo(tmp_path / "fifo.safetensors")
+    huge = tmp_path / "huge.safetensors"
+    huge.write_bytes((10 ** 15).to_bytes(8, "little") + b"{}")
+    past = _safetensors(tmp_path / "past.safetensors", {"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 800]}},
+                        bytes(8))
+    odd = _safetensors(tmp_path / "odd.safetensors", {"x": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}},
+                       bytes(8))
+    cases = [(tmp_path / "fifo.safetensors", "not a regular file"), (huge, "header of 1000000000000000 bytes"),
+             (past, "outside the file's 8 data bytes"), (odd, "8 bytes for shape [3] of F32")]
+    for path, text in cases:
+        p = subprocess.run([sys.executable, "-m", "inkling_probe.cli", "bisect", "elements", str(good), str(path)],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2, (path, p.stderr)
+        assert text in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr

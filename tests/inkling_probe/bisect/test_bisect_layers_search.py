@@ -30,7 +30,7 @@ def _tensors(side: str, born: int, nan: bool):
 def fake_runs(monkeypatch):
     calls = []
 
-    def run(command, overrides, folder, record, timeout):
+    def run(command, overrides, folder, record, timeout, on_start=None):
         side, born, nan = command.text.split(":")
         settings = {k: overrides[v] for k, v in (("include", "INKLING_PROBE_INCLUDE"), ("mode", "INKLING_PROBE_MODE"))
                     if overrides.get(v)}

@@ -9,7 +9,17 @@ CASES = [
     (["layers", "--ref", "echo 'unbalanced", "--cand", "true"], "No closing quotation"),
     (["precision", "--cmd", "true", "--layers", "5-3"], "not an increasing range"),
     (["precision", "--cmd", "true", "--layers", "3", "--oracle", "compare:/no/such/dump"], "no such dump"),
-    (["precision", "--cmd", "true", "--layers", "3", "--control", "x"], "--control needs --oracle compare:REF"),
+    (["precision", "--cmd", "true", "--layers", "3", "--control-dump", "x"], "--control-dump needs --oracle compare:REF"),
+    (["layers", "--ref", "true", "--cand", "true", "--threshold", "nan"], "--threshold nan: must be a finite number >= 0"),
+    (["layers", "--ref", "true", "--cand", "true", "--threshold", "-1"], "--threshold -1.0: must be a finite number >= 0"),
+    (["flags", "--cmd", "true", "--flag", "A=0:1", "--threshold", "nan"], "--threshold nan: must be a finite"),
+    (["flags", "--cmd", "true", "--flag", "A=0:1", "--threshold", "-1"], "--threshold -1.0: must be a finite"),
+    (["precision", "--cmd", "true", "--layers", "3", "--threshold", "inf"], "--threshold inf: must be a finite"),
+    (["flags", "--cmd", "true", "--flag", "A=0:1", "--timeout", "nan"], "--timeout nan: must be a finite number > 0"),
+    (["flags", "--cmd", "true", "--flag", "A=0:1", "--max-runs", "0"], "--max-runs 0: must be a finite number >= 1"),
+    (["flags", "--cmd", "true", "--flag", "A=0:1", "--threshold", "0.1"], "--threshold needs --oracle compare:REF"),
+    (["precision", "--cmd", "true", "--layers", "0-99999999999"], "no model has that many"),
+    (["layers", "--ref", "true", "--cand", "true", "--map", "/no/such/map.toml"], "--map: /no/such/map.toml"),
     (["elements", "/no/such/a", "/no/such/b"], "/no/such/a: no such file or directory"),
     (["flags", "--cmd", "true", "--flag", "A=1:1"], "GOOD and BAD are the same"),
     (["flags", "--flag", "A=0:1"], "--cmd is required"),
@@ -22,6 +32,32 @@ def test_one_line_exit_2(args, text, tmp_path):
     r = CliRunner().invoke(group, ["bisect", *args, *extra], catch_exceptions=False)
     assert r.exit_code == 2, r.output
     assert text in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    assert not (tmp_path / "w").exists()  # refused before any command ran
+
+
+def _six_layers(tmp_path):
+    import torch
+    from dumps import write
+
+    return write(tmp_path / "ref", [[(f"layers.{i}.x", torch.ones(4)) for i in range(6)]])
+
+
+def test_precision_layers_the_reference_lacks(tmp_path):
+    ref = _six_layers(tmp_path)
+    r = CliRunner().invoke(group, ["bisect", "precision", "--cmd", "true", "--layers", "7-9", "--oracle",
+                                   f"compare:{ref}", "-w", str(tmp_path / "w")], catch_exceptions=False)
+    assert r.exit_code == 2, r.output
+    assert "layer(s) 7,8,9 not in the model" in r.output and "layers 0-5" in r.output
+    assert len(r.output.strip().splitlines()) == 1 and not (tmp_path / "w").exists()
+
+
+def test_control_is_a_deprecated_alias_of_control_dump(tmp_path):
+    ref = _six_layers(tmp_path)
+    args = ["bisect", "precision", "--cmd", "true", "--layers", "3", "--oracle", f"compare:{ref}"]
+    r = CliRunner().invoke(group, [*args, "--control", "/no/such", "-w", str(tmp_path / "w")])
+    assert r.exit_code == 2 and "--control DUMP is deprecated" in r.output and "--control-dump /no/such" in r.output
+    r = CliRunner().invoke(group, [*args, "--control", ref, "--control-dump", ref, "-w", str(tmp_path / "w")])
+    assert r.exit_code == 2 and "pass one of them" in r.output
 
 
 def test_other_arguments_in_the_same_workdir(tmp_path):

@@ -113,7 +113,7 @@ def test_the_issue_command_without_cuda_graph_is_refused(tmp_path):
     import os
     import sys
 
-    from inkling_model.checkpoint import write_random_checkpoint
+    from inkling_model.checkpoint.synthetic import write_random_checkpoint
     from inkling_model.config import InklingConfig
 
     ckpt = write_random_checkpoint(InklingConfig.preset("tiny"), tmp_path / "ck", seed=0)

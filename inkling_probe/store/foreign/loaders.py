@@ -1,0 +1,254 @@
+"""Tensors out of foreign files, in the reader's numpy conventions (store/reader.py ``Dump.array``):
+bf16 as its exact float32, 8-bit floats as their exact float16, packed fp4 as its bytes.
+
+Each loader lists a file's tensors (:func:`describe`: name inside the file, shape, dtype, meta)
+cheaply where the format allows (headers only), and loads one (:func:`load`). ``.pt`` files are
+read with ``torch.load(weights_only=True)`` only (nothing in a pickle is executed; anything that is
+not a tensor, a dict/list of tensors (None items, as in a linear's ``(out, None)``, are skipped), or
+SGLang's dumper payload ``{"value": tensor, "meta": {...}}`` is refused); torch is imported there and nowhere else on the read side. ``.npy``/``.npz`` are
+read with ``allow_pickle=False``; safetensors files are parsed here (header, offsets checked).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from inkling_probe.errors import DumpError
+from inkling_probe.store.foreign.sniff import MAX_SAFETENSORS_HEADER
+from inkling_probe.store.stats import bf16_bits_to_float32
+
+
+@dataclass
+class Item:
+    """One tensor inside a file: its name there ('' for a file holding one bare tensor)."""
+
+    name: str
+    shape: tuple
+    dtype: str  # torch's dtype name: 'bfloat16', 'float32', ...
+    meta: dict = field(default_factory=dict)
+
+
+def describe(path: str, fmt: str) -> list[Item]:
+    """The tensors ``path`` holds (a DumpError naming the file when it can't be read as ``fmt``)."""
+    try:
+        return _DESCRIBE[fmt](path)
+    except DumpError:
+        raise
+    except Exception as e:  # noqa: BLE001 - damaged files raise anything: one line naming the file
+        raise DumpError(f"{path}: can't be read as {fmt} ({_first_line(e)[:120]})") from None
+
+
+def load(path: str, fmt: str, name: str) -> np.ndarray:
+    """One tensor of ``path`` as numpy (reader conventions)."""
+    try:
+        return _LOAD[fmt](path, name)
+    except DumpError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise DumpError(f"{path}: can't read tensor {name or '(the file)'!r} ({_first_line(e)[:120]})") from None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e)
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+# -- .pt (torch.save) ------------------------------------------------------------------------
+_PT_CACHE: dict[str, dict] = {}  # one file's tensors, the last one loaded (a key is read rank by rank)
+
+
+def _pt_tensors(path: str) -> dict:
+    """{name: tensor} and the dumper meta of a .pt file, loaded once per file in a row."""
+    cached = _PT_CACHE.get(path)
+    if cached is not None:
+        return cached
+    obj = _torch_load(path)
+    meta = {}
+    if isinstance(obj, dict) and set(obj) == {"value", "meta"} and isinstance(obj["meta"], dict):
+        meta = _plain_meta(path, obj["meta"])  # SGLang's dumper: {"value": tensor, "meta": {...}}
+        obj = obj["value"]
+    tensors = dict(_flatten(path, obj, ""))
+    _PT_CACHE.clear()
+    _PT_CACHE[path] = {"tensors": tensors, "meta": meta}
+    return _PT_CACHE[path]
+
+
+def _torch_load(path: str):
+    """``torch.load(weights_only=True)``, memory-mapped where the file allows; every failure one line."""
+    import pickle
+
+    import torch
+
+    try:
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as e:
+            if "mmap" not in str(e):
+                raise
+            return torch.load(path, map_location="cpu", weights_only=True)  # legacy format: not mappable
+    except pickle.UnpicklingError as e:
+        raise DumpError(f"{path}: refused: torch.load(weights_only=True) will not unpickle it "
+                        f"({_why_refused(e)}); only tensors are read from .pt files") from None
+    except (EOFError, OSError, ValueError, RuntimeError) as e:
+        raise DumpError(f"{path}: truncated or not a readable torch file ({_first_line(e)[:100]})") from None
+
+
+def _why_refused(e: BaseException) -> str:
+    """The line of torch's weights-only message that names what was refused."""
+    for line in str(e).splitlines():
+        if "nsupported" in line or "WeightsUnpickler error" in line:
+            return line.strip()[:120]
+    return _first_line(e)[:120]
+
+
+def _flatten(path: str, obj, prefix: str):
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        yield prefix, obj
+    elif obj is None and prefix:  # an absent item of a module's output tuple, e.g. (out, bias=None)
+        return
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _flatten(path, v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            yield from _flatten(path, v, f"{prefix}.{i}" if prefix else str(i))
+    else:
+        where = f" at {prefix!r}" if prefix else ""
+        raise DumpError(f"{path}: holds a {type(obj).__name__}{where}, not a tensor; only tensors "
+                        "(or dicts/lists of tensors) are read from .pt files")
+
+
+def _plain_meta(path: str, meta: dict) -> dict:
+    """The dumper's meta, kept where it is plain JSON data (numbers, strings, lists, dicts)."""
+    try:
+        return json.loads(json.dumps(meta, default=str))
+    except (TypeError, ValueError):
+        return {}
+
+
+def _describe_pt(path: str) -> list[Item]:
+    from inkling_probe.store.dtypes import dtype_name
+
+    got = _pt_tensors(path)
+    if not got["tensors"]:
+        raise DumpError(f"{path}: holds no tensor")
+    return [Item(n, tuple(t.shape), dtype_name(t.dtype), got["meta"]) for n, t in got["tensors"].items()]
+
+
+def _load_pt(path: str, name: str) -> np.ndarray:
+    from inkling_probe.store.dtypes import encode
+
+    t = _pt_tensors(path)["tensors"][name]
+    array, _ = encode(t.detach().contiguous())
+    if array.dtype == np.uint16 and str(t.dtype) == "torch.bfloat16":
+        array = bf16_bits_to_float32(array)
+    return np.array(array).reshape(tuple(t.shape))  # a copy: the mapped file may go
+
+
+# -- .npy / .npz ----------------------------------------------------------------------------
+def _np_dtype_name(path: str, dtype: np.dtype) -> str:
+    if dtype.kind not in "biuf" or dtype.byteorder == ">":
+        raise DumpError(f"{path}: dtype {dtype} is not a tensor dtype the store reads")
+    return "bool" if dtype.kind == "b" else dtype.name
+
+
+def _describe_npy(path: str) -> list[Item]:
+    with open(path, "rb") as fh:  # the header alone
+        version = np.lib.format.read_magic(fh)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read(fh)
+    if dtype.hasobject:
+        raise DumpError(f"{path}: holds Python objects (a pickle); refused: only numeric arrays are read")
+    return [Item("", tuple(shape), _np_dtype_name(path, dtype))]
+
+
+def _load_npy(path: str, name: str) -> np.ndarray:
+    return np.array(np.load(path, allow_pickle=False))
+
+
+def _describe_npz(path: str) -> list[Item]:
+    with np.load(path, allow_pickle=False) as z:
+        try:
+            return [Item(n, tuple(z[n].shape), _np_dtype_name(path, z[n].dtype)) for n in z.files]
+        except ValueError as e:
+            if "allow_pickle" not in str(e):
+                raise
+            raise DumpError(f"{path}: holds Python objects (a pickle); refused: only numeric arrays are read") from None
+
+
+def _load_npz(path: str, name: str) -> np.ndarray:
+    with np.load(path, allow_pickle=False) as z:
+        return np.array(z[name])
+
+
+# -- .safetensors -----------------------------------------------------------------------------
+_ST_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
+              "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "U16": "uint16", "U32": "uint32",
+              "U64": "uint64", "BOOL": "bool", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+_NP = {"float64": np.float64, "float32": np.float32, "float16": np.float16, "bfloat16": np.uint16,
+       "int64": np.int64, "int32": np.int32, "int16": np.int16, "int8": np.int8, "uint8": np.uint8,
+       "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64, "bool": np.bool_,
+       "float8_e4m3fn": np.uint8, "float8_e5m2": np.uint8}
+
+
+def _st_header(path: str) -> tuple[dict, int]:
+    size = os.path.getsize(path)
+    with open(path, "rb") as fh:
+        (n,) = struct.unpack("<Q", fh.read(8))
+        if n > MAX_SAFETENSORS_HEADER or n + 8 > size:
+            raise DumpError(f"{path}: safetensors header of {n} bytes does not fit the file (truncated?)")
+        header = json.loads(fh.read(n))
+    if not isinstance(header, dict):
+        raise DumpError(f"{path}: safetensors header is not a JSON object")
+    header.pop("__metadata__", None)
+    for name, info in header.items():
+        _check_entry(path, name, info, size - 8 - n)
+    return header, 8 + n
+
+
+def _check_entry(path: str, name: str, info, data_bytes: int) -> None:
+    if not isinstance(info, dict) or info.get("dtype") not in _ST_DTYPES:
+        raise DumpError(f"{path}: tensor {name!r}: unknown safetensors dtype "
+                        f"{info.get('dtype') if isinstance(info, dict) else info!r}")
+    shape, offs = info.get("shape"), info.get("data_offsets")
+    if not (isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)
+            and isinstance(offs, list) and len(offs) == 2 and all(isinstance(o, int) for o in offs)):
+        raise DumpError(f"{path}: tensor {name!r}: bad shape or data_offsets in the header")
+    want = math.prod(shape) * np.dtype(_NP[_ST_DTYPES[info["dtype"]]]).itemsize
+    if not 0 <= offs[0] <= offs[1] <= data_bytes or offs[1] - offs[0] != want:
+        raise DumpError(f"{path}: tensor {name!r}: data_offsets {offs} don't hold {want} bytes inside the "
+                        f"file's {data_bytes} data bytes (truncated?)")
+
+
+def _describe_safetensors(path: str) -> list[Item]:
+    header, _ = _st_header(path)
+    return [Item(n, tuple(i["shape"]), _ST_DTYPES[i["dtype"]]) for n, i in header.items()]
+
+
+def _load_safetensors(path: str, name: str) -> np.ndarray:
+    header, base = _st_header(path)
+    info = header[name]
+    dtype = _ST_DTYPES[info["dtype"]]
+    start, stop = info["data_offsets"]
+    with open(path, "rb") as fh:
+        fh.seek(base + start)
+        raw = np.frombuffer(fh.read(stop - start), dtype=_NP[dtype]).reshape(info["shape"])
+    if dtype == "bfloat16":
+        return bf16_bits_to_float32(raw)
+    if dtype.startswith("float8"):
+        import torch
+
+        from inkling_probe.store.dtypes import encode
+        return encode(torch.from_numpy(raw.copy()).view(getattr(torch, dtype)))[0]
+    return raw.copy()
+
+
+_DESCRIBE = {"pt": _describe_pt, "npy": _describe_npy, "npz": _describe_npz, "safetensors": _describe_safetensors}
+_LOAD = {"pt": _load_pt, "npy": _load_npy, "npz": _load_npz, "safetensors": _load_safetensors}
