@@ -20,7 +20,7 @@ def prepare(ckpt: str, prompts: list[list[int]], images: tuple, audios: tuple):
 
     config, mm = read_multimodal_config(ckpt)
     if len(prompts) != 1:
-        raise MediaError("--image/--audio go with one prompt: pass --tokens once")
+        raise MediaError(f"media go with one prompt, got {len(prompts)}: pass --tokens once")
     media = MediaInputs.build(mm, [read_image(p) for p in images], [read_wav(p, mm.sampling_rate) for p in audios])
     ids = expand_placeholders(prompts[0], mm, media)
     from .processor import media_layout
