@@ -77,7 +77,7 @@ def command(ref, cand, control, name_map, metric, threshold, k, include, steps, 
                              ref_row=ref_row, cand_row=cand_row, progress=progress)
         replayed = _replay(replay_key, ckpt, factory, dumps[0]) if replay_key else None
         confirmed = _confirm(report, ckpt, factory, dumps[0]) if confirm else None
-        mm = modality.to_dict(report, dumps[0], dumps[1])
+        mm = modality.to_dict(report, dumps[0], dumps[1], rows_kind)
     except ProbeError as e:
         raise BadInput(str(e).splitlines()[0]) from None
     finally:

@@ -123,12 +123,22 @@ def split_line(report, spans: list) -> str | None:
     return ", ".join(parts + [f"born in {where} at {culprit.key}" + (f" step {culprit.step}" if culprit.step else "")])
 
 
-def lines(report, ref: Dump, cand: Dump) -> list[str]:
-    """The modality lines for a report: the split, and each culprit's bad rows named by modality."""
+def lines(report, ref: Dump, cand: Dump, judged: str | None = None) -> list[str]:
+    """The modality lines for a report: the split, and each culprit's bad rows named by modality.
+
+    ``judged``: the report compared :func:`view`s of one modality; its row numbers count that
+    modality's rows only and are mapped back to the stream's rows here."""
     got = layout(cand) or layout(ref)
     if got is None:
         return []
     spans, n = got
+    sel = kind_rows(judged, spans, n) if judged else None
+
+    def back(key: str, rows: list[int]) -> list[int]:
+        if sel is None or tower_kind(key) is not None:
+            return rows
+        return [sel[i] for i in rows if i < len(sel)]
+
     out = []
     split = split_line(report, spans)
     if split:
@@ -136,21 +146,21 @@ def lines(report, ref: Dump, cand: Dump) -> list[str]:
     for c in report.culprits:
         bad = getattr(c, "bad_rows", None) or []
         if bad and c.step == 0:
-            out.append(f"  rows of {c.key}: {name_rows(bad, spans, n, c.key)}")
+            out.append(f"  rows of {c.key}: {name_rows(back(c.key, bad), spans, n, c.key)}")
         for f in report.findings(c.key, c.step) if c.step == 0 else []:
             rows = (f.evidence or {}).get("rows")
             if f.name == "renormalised_rows" and rows:
-                out.append(f"  explain {c.key}: {name_rows(rows, spans, n, c.key)} re-normalised: "
+                out.append(f"  explain {c.key}: {name_rows(back(c.key, rows), spans, n, c.key)} re-normalised: "
                            "each row scaled to unit rms")
     return out
 
 
-def to_dict(report, ref: Dump, cand: Dump) -> dict | None:
+def to_dict(report, ref: Dump, cand: Dump, judged: str | None = None) -> dict | None:
     """The modality part of compare's JSON: layout and lines (None for a text-only dump)."""
     got = layout(cand) or layout(ref)
     if got is None:
         return None
-    return {"media": got[0], "rows": got[1], "lines": lines(report, ref, cand)}
+    return {"media": got[0], "rows": got[1], "lines": lines(report, ref, cand, judged)}
 
 
 class RowsView(Dump):

@@ -99,6 +99,10 @@ def test_rows_judges_one_modality(hunt, kind):
     else:  # text and audio rows are clean at the fusion, dirtied later by the decoder's token mixing
         fused = next(r for r in rep.rows if r.key == "fused")
         assert fused.status in ("ok", "exact") and rep.culprit.key.startswith("layers.")
+    spans, n = modality.layout(cand)
+    for line in modality.lines(rep, ref, cand, kind):  # rows named in the stream's numbering, of this modality
+        if line.startswith("  rows of ") and kind != "text":
+            assert f"{kind} 0's rows" in line and "text rows" not in line, line
     keys = {r.key for r in rep.rows}
     assert ("vision.out" in keys) == (kind == "image") and ("audio.out" in keys) == (kind == "audio")
 
