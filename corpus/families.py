@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import importlib
 
-NAMES = ("llama", "qwen2_moe", "gpt_neox", "inkling")
+NAMES = ("llama", "qwen2_moe", "gpt_neox", "inkling", "late")
 
 
 def load(names=NAMES) -> dict:

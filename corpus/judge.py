@@ -22,6 +22,7 @@ class Result:
     first: str | None = None
     first_step: int | None = None
     diverged: bool = False
+    unchecked: str = ""  # compare's one-line reason when keys were left unchecked (exit 1 even without divergence)
     findings: list = field(default_factory=list)  # hypotheses reported for the culprit
     explain_ok: bool | None = None  # None: no culprit right, or nothing expected
     ok: bool = False  # fault: top-1 culprit in truth (at its step); benign: nothing flagged
@@ -70,6 +71,7 @@ def judge(case, regime: str, rep) -> Result:
     res.first = rep.first_divergence.key if rep.first_divergence else None
     res.first_step = rep.first_divergence.step if rep.first_divergence else None
     res.diverged = bool(rep.diverged)
+    res.unchecked = getattr(rep, "unchecked_reason", "") or ""
     if case.kind == "benign":
         res.ok = not res.diverged and not culprits
         if rep.rows:

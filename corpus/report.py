@@ -52,10 +52,11 @@ def _verdict(r) -> str:
     if r.error:
         return "ERROR " + r.error[:60]
     if r.kind == "benign":
-        return "ok" if r.ok else f"FLAGGED (worst {short(r.worst)})"
+        return ("ok" if r.ok else f"FLAGGED (worst {short(r.worst)})") + (" (unchecked keys)" if r.unchecked else "")
     if r.ok:
         return "ok"
-    return "MISS" + (f" (truth score {r.truth_score:.2f})" if r.truth_score is not None else "")
+    silent = "" if r.diverged or r.unchecked else " SILENT"
+    return "MISS" + silent + (f" (truth score {r.truth_score:.2f})" if r.truth_score is not None else "")
 
 
 def rows(results) -> list[tuple]:
@@ -98,6 +99,13 @@ def summary(results) -> str:
                f"not first {sum(r.truth_is_first is False for r in faults)}, "
                f"not largest error {sum(r.truth_is_max_error is False for r in faults)}, "
                f"not largest jump {sum(r.truth_is_max_jump is False for r in faults)}")
+    silent = [r for r in faults if not r.error and not r.diverged and not r.unchecked]
+    out.append(f"silent passes   {len(silent)} planted faults exit 0 (no divergence, nothing unchecked)"
+               + (": " + "; ".join(f"{r.case} {r.regime}" for r in silent[:8]) if silent else ""))
+    unchecked = [r for r in results if r.unchecked and not r.diverged]
+    if unchecked:
+        out.append(f"unchecked       {len(unchecked)} comparisons exit 1 on unchecked keys alone: "
+                   + "; ".join(f"{r.case} {r.regime} ({r.unchecked[:80]})" for r in unchecked[:4]))
     errors = [r for r in results if r.error]
     if errors:
         out.append(f"errors          {len(errors)}: " + "; ".join(f"{r.case} {r.regime}" for r in errors))

@@ -9,6 +9,8 @@ The toolkit never imports a model: a package registers what it offers in its own
   rebuild one module standalone for a bundle's repro (``extract``).
 - ``inkling_probe.toggles``: ``toggles() -> list[Toggle-like dict]`` naming a model's switches
   (environment variables with a good and a bad value) for ``bisect flags --model NAME``.
+- ``inkling_probe.computation_env``: ``variables() -> {name: why}`` naming the environment
+  variables that change what a model computes, which a bug report's repro carries (bundle/registry.py).
 
 Plug-in code reports bad input by raising :class:`PluginInputError` (a one-line message); the CLI
 turns it into exit code 2, so a model never imports the CLI.
@@ -24,6 +26,7 @@ COMMANDS = "inkling_probe.commands"
 REPLAY_FACTORIES = "inkling_probe.replay_factories"
 EXTRACT_FACTORIES = "inkling_probe.extract_factories"
 TOGGLES = "inkling_probe.toggles"
+COMPUTATION_ENV = "inkling_probe.computation_env"
 
 
 class PluginInputError(ProbeError):

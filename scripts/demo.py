@@ -62,11 +62,12 @@ def main() -> None:
     sh("run", "--ckpt", nvfp4, "--impl", "native", "--tp", "1", *common, "--dump", control)
     sh("run", "--ckpt", nvfp4, "--impl", "native", "--tp", "2", *common, "--fault", "raw_input_amax",
        "--dump", cand)
-    code = sh("compare", ref, cand, "--control", control, "--diverged-only", check=False)
-    # The report's standalone repro re-runs the loader on the culprit's checkpoint tensors: with the
-    # planted fault switched on, as the buggy engine would run it, it fails, as it should.
+    code = sh("compare", ref, cand, "--control", control, check=False)
+    # The report's standalone repro re-runs the loader on the culprit's checkpoint tensors with the
+    # settings the candidate ran with (its dump recorded INKLING_FAULT=raw_input_amax): it fails, as it
+    # should, here and in a clean shell (bug-report/repro.sh).
     report = os.path.join(work, "bug-report")
-    sh("report", ref, cand, "--control", control, "--ckpt", nvfp4, "-o", report, env={"INKLING_FAULT": "raw_input_amax"})
+    sh("report", ref, cand, "--control", control, "--ckpt", nvfp4, "-o", report)
     print(f"\ndemo: compare exited {code} (1 = divergence found) after {time.perf_counter() - t0:.0f} s; "
           f"dumps in {work}")
     print(f"demo: bug report in {report}/report.html (attach {report}.zip)")

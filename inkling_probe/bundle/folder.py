@@ -1,11 +1,16 @@
 """The report folder: everything a person attaches to an issue, written into one folder and zipped.
 
     DIR/report.html  report.md  summary.json  divergence_by_layer.png  heatmap.png
-        environment.json  slice.h5  repro.sh            and DIR.zip beside DIR
+        environment.json  slice.h5  repro.sh  repro.json      and DIR.zip beside DIR
+        (with ckpt: test_repro.py, test_repro.json, test_repro.safetensors)
 
 Built from the compare document (``Report.to_dict()`` or a saved ``compare --json``) and, for the
 heatmap and the slice, the dumps it names (or those passed in). Paths inside are relative, the
-dumps are named by their folder name only, and nothing is written outside DIR but DIR.zip.
+dumps are named by their folder name only, and nothing is written outside DIR but DIR.zip. Every
+file is created new (:mod:`.safe_write`): DIR and DIR.zip must not be links, and no file inside
+is written through one. The document is checked first (:mod:`.document`), and a ``ckpt`` that is
+not the candidate's (the identity its dump recorded, :mod:`.identity`) is refused before anything
+is written.
 """
 from __future__ import annotations
 
@@ -14,8 +19,9 @@ import os
 import shutil
 from dataclasses import dataclass, field
 
-from inkling_probe.bundle import environment, repro
+from inkling_probe.bundle import document, environment, identity, repro
 from inkling_probe.bundle.archive import zip_folder
+from inkling_probe.bundle.safe_write import check_folder, check_target, inside, write_new
 from inkling_probe.bundle.slice import write_slice
 from inkling_probe.errors import ProbeError
 from inkling_probe.views import html, markdown, plots
@@ -44,12 +50,20 @@ def write_report(report, out_dir, dumps: dict | None = None, name_map: str | Non
     opened when they exist, else the heatmap and slice are left out (said in the notes).
     ``ckpt``: the candidate's checkpoint; with it the standalone repro test_repro.py is extracted
     for the first culprit too (:mod:`.extract`; imports torch)."""
-    doc = as_doc(report)
-    out_dir = os.path.normpath(os.fspath(out_dir))
+    doc = document.check(as_doc(report), "the compare document")
+    out_dir = check_folder(out_dir)
+    check_target(out_dir + ".zip")
+    notes: list = []
+    opened = _open_named(doc, notes) if dumps is None else {}
+    try:
+        _check_checkpoint(ckpt, dumps if dumps is not None else opened)
+    except BaseException:
+        for d in opened.values():
+            d.close()
+        raise
     existed = os.path.isdir(out_dir)
-    _prepare(out_dir)
-    done = Written(out_dir)
-    opened = _open_named(doc, done.notes) if dumps is None else {}
+    os.makedirs(out_dir, exist_ok=True)
+    done = Written(out_dir, notes=notes)
     try:
         _fill(done, doc, dumps if dumps is not None else opened, name_map, environ, ckpt)
     except BaseException:  # no half-written report left behind: the next attempt can use the name
@@ -64,6 +78,16 @@ def write_report(report, out_dir, dumps: dict | None = None, name_map: str | Non
     return done
 
 
+def _check_checkpoint(ckpt, dumps: dict) -> None:
+    """Refuse a ckpt that is not the one the candidate's dump recorded (unrecorded: said in the repro)."""
+    if not ckpt:
+        return
+    try:
+        identity.check(ckpt, identity.recorded(dumps["cand"]) if "cand" in dumps else None)
+    except identity.IdentityError as e:
+        raise ProbeError(str(e)) from None
+
+
 def _fill(done: Written, doc: dict, dumps: dict, name_map, environ, ckpt) -> None:
     summary = _portable(doc, dumps)
     _write(done, "summary.json", json.dumps(summary, indent=1, allow_nan=False))
@@ -71,11 +95,17 @@ def _fill(done: Written, doc: dict, dumps: dict, name_map, environ, ckpt) -> Non
     _write(done, "environment.json", json.dumps(env, indent=1))
     images = _plots(done, summary, dumps)
     slice_keys = _slice(done, summary, dumps)
+    run = repro.run_record(summary, dumps)
+    _write(done, "repro.json", json.dumps(run, indent=1, allow_nan=False) + "\n")
     if ckpt and slice_keys:
         done.extracted = _extract(done.folder, ckpt, done)
+        if done.extracted.checkpoint == "not recorded":
+            done.notes.append("--ckpt not checked against the candidate: its dump records no checkpoint identity "
+                              f"({identity.ENV})")
     elif ckpt:
         done.notes.append("--ckpt given, but there is no culprit slice to extract a repro from")
-    _write(done, "repro.sh", repro.script(summary, dumps, slice_keys, name_map, done.extracted is not None))
+    kind = done.extracted.kind if done.extracted is not None else False
+    _write(done, "repro.sh", repro.script(summary, dumps, slice_keys, name_map, kind, run))
     os.chmod(os.path.join(done.folder, "repro.sh"), 0o755)
     listed = sorted(set(done.files) | {"report.md", "report.html"})
     _write(done, "report.md", markdown.markdown(summary, {PLOTS[f]: f for f in images}, listed))
@@ -111,26 +141,16 @@ def _slice(done: Written, summary: dict, dumps: dict) -> list[str]:
 def _extract(out_dir: str, ckpt: str, done: Written):
     from inkling_probe.bundle.extract import extract
 
-    path = os.path.join(out_dir, "test_repro.py")
+    path = inside(out_dir, "test_repro.py")
     result = extract(out_dir, path, ckpt=ckpt)
-    done.files["test_repro.py"] = os.path.getsize(path)
+    for file in (path, result.spec_file, result.data_file):
+        file = os.path.basename(file)
+        done.files[file] = os.path.getsize(os.path.join(out_dir, file))
     return result
 
 
-def _prepare(out_dir: str) -> None:
-    if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
-        raise ProbeError(f"{out_dir}: exists and is not an empty folder; choose a new one")
-    if os.path.exists(out_dir + ".zip"):
-        raise ProbeError(f"{out_dir}.zip: already exists; choose another folder name")
-    os.makedirs(out_dir, exist_ok=True)
-
-
 def _write(done: Written, file: str, data) -> None:
-    path = os.path.join(done.folder, file)
-    mode, data = ("wb", data) if isinstance(data, bytes) else ("w", data)
-    with open(path, mode, **({} if mode == "wb" else {"encoding": "utf-8"})) as fh:
-        fh.write(data)
-    done.files[file] = os.path.getsize(path)
+    done.files[file] = write_new(inside(done.folder, file), data)
 
 
 def _open_named(doc: dict, notes: list) -> dict:
@@ -150,11 +170,24 @@ def _open_named(doc: dict, notes: list) -> dict:
 
 def _portable(doc: dict, dumps: dict) -> dict:
     """The document with dump paths reduced to folder names and ``culprits`` always present."""
-    text = json.dumps(sanitize(doc), default=json_default)  # the same JSON as `compare --json`
+    forms = {}  # the same JSON as `compare --json` (views/format)
     for side in ("ref", "cand", "control"):
         for path in {doc.get(side), getattr(dumps.get(side), "path", None)} - {None, ""}:
             for form in {str(path), os.path.abspath(str(path))}:
-                text = text.replace(json.dumps(form)[1:-1], name(form))
-    out = json.loads(text)
+                forms[form] = name(form)
+    longest_first = sorted(forms, key=len, reverse=True)
+
+    def short(value):  # every string of the document, wherever it is: structure, never text
+        if isinstance(value, str):
+            for form in longest_first:
+                value = value.replace(form, forms[form])
+            return value
+        if isinstance(value, dict):
+            return {short(k): short(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [short(v) for v in value]
+        return value
+
+    out = short(json.loads(json.dumps(sanitize(doc), default=json_default)))
     out.setdefault("culprits", culprits(out))
     return out

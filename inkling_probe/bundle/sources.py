@@ -7,10 +7,12 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 
 from inkling_probe.errors import ProbeError
 
 SIDES = ("ref", "cand", "control")
+_LAYER = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")  # a layer's name: no folder, no glob
 
 
 def load_json(path: str) -> dict:
@@ -44,11 +46,18 @@ def bisect_dumps(path: str) -> dict[str, str]:
     if "kind" not in doc:
         raise ProbeError(f"{path}: JSON, but neither a compare result (compare --json) nor a bisect result")
     if doc.get("kind") != "layers":
-        raise ProbeError(f"{path}: a report reads `bisect layers` results; this is bisect {doc.get('kind')!r}")
+        kind = str(doc.get("kind"))[:40]
+        raise ProbeError(f"{path}: a report reads `bisect layers` results; this is bisect {kind!r}")
+    if not isinstance(workdir, str):
+        raise ProbeError(f"{path}: workdir is not a string")
     answer = doc.get("answer") or {}
+    if not isinstance(answer, dict):
+        raise ProbeError(f"{path}: answer is not an object")
     layer = answer.get("layer")
     if not layer:
         raise ProbeError(f"{path}: the bisect found no divergent layer (or has not finished): nothing to report")
+    if not isinstance(layer, str) or not _LAYER.match(layer):
+        raise ProbeError(f"{path}: answer.layer {str(layer)[:40]!r} is not a layer name")
     found = {}
     for side in SIDES:
         hits = sorted(glob.glob(os.path.join(workdir, "*", f"*-{side}-{layer}", "dump")))

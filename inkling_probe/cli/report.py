@@ -4,7 +4,9 @@
     inkling-probe report SAVED.json -o DIR        (the output of ``compare --json``)
     inkling-probe report BISECT_DIR -o DIR        (a ``bisect layers`` work directory or its --json)
 
-Exit status: 0 when the folder is written, 2 on bad input (one line naming it).
+Exit status: 0 when the folder is written, 2 on bad input (one line naming it): a damaged or
+crafted document, a ``--ckpt`` that is not the candidate's checkpoint, an ``OUT`` or ``OUT.zip``
+that exists or is a symbolic link.
 """
 from __future__ import annotations
 
@@ -25,18 +27,22 @@ from inkling_probe.cli.common import BadInput, open_dump
 @click.option("-k", "k", type=float, default=2.0, show_default=True, help="Allowed multiple of the control's floor.")
 @click.option("--include", multiple=True, help="Only keys matching this glob (after --map); repeatable.")
 @click.option("--ckpt", type=click.Path(), default=None,
-              help="The candidate's checkpoint: also extract the standalone repro test_repro.py (see extract).")
+              help="The candidate's checkpoint: also extract the standalone repro test_repro.py (see extract). "
+                   "Refused when the candidate's dump recorded another checkpoint.")
 def command(inputs, out, control, name_map, threshold, k, include, ckpt):
     """Write report.html, report.md, summary.json, the two plots, environment.json, slice.h5 and
     repro.sh into OUT (with --ckpt also test_repro.py), and OUT.zip. From two dumps (compared here),
     a saved ``compare --json``, or a ``bisect layers`` result (its decisive layer's dumps)."""
     from inkling_probe.bundle import write_report
+    from inkling_probe.bundle.safe_write import check_folder, check_target
     from inkling_probe.errors import ProbeError
 
     if ckpt and not os.path.isdir(ckpt):
         raise BadInput(f"--ckpt {ckpt}: no such directory")
-    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
-        raise BadInput(f"-o {out}: exists and is not an empty folder; choose a new one")
+    try:
+        check_target(check_folder(out, f"-o {out}") + ".zip", f"-o {out}: {out}.zip")
+    except ProbeError as e:
+        raise BadInput(str(e)) from None
     doc, dumps = _source(inputs, control, name_map, threshold, k, include)
     try:
         written = write_report(doc, out, dumps, name_map=name_map, ckpt=ckpt)
@@ -53,9 +59,10 @@ def command(inputs, out, control, name_map, threshold, k, include, ckpt):
         click.echo(f"note: {note}")
     x = written.extracted
     if x is not None:
-        state = "fails here (the bug is in this process's code)" if x.fails_now else "passes here"
+        state = "fails here with the candidate's settings" if x.fails_now else \
+            "passes here with the candidate's settings (the bug does not show in the module alone)"
         click.echo(f"repro: test_repro.py, {x.kind} check of {x.key}: rel_rms {x.error:.4g} vs tolerance "
-                   f"{x.tolerance:.4g}, {state}")
+                   f"{x.tolerance:.4g}, {state}; repro.sh runs it")
     total = sum(written.files.values())
     click.echo(f"report: {os.path.join(out, 'report.html')} ({len(written.files)} files, {total / 1024:.0f} KiB); "
                f"zip: {written.zip} ({os.path.getsize(written.zip) / 1024:.0f} KiB)")
@@ -71,7 +78,9 @@ def _source(inputs, control, name_map, threshold, k, include):
         if len(paths) == 1 and os.path.isfile(paths[0]):
             doc = sources.load_json(paths[0])
             if sources.is_compare(doc):
-                return doc, None
+                from inkling_probe.bundle import document
+
+                return document.check(doc, paths[0]), None
         if len(paths) == 1:  # a bisect layers work directory or its --json output
             found = sources.bisect_dumps(paths[0])
             paths, control = [found["ref"], found["cand"]], control or found.get("control")

@@ -29,9 +29,17 @@ A routing decision is never born from diverged inputs (a flip is then a conseque
 near-tie flips (those are the router's input noise; measure them, don't blame them). With a
 control the allowance is K x the control's error at the key, so an op that amplifies its input
 error (a renormalisation, a softmax) amplifies the control's error alike: its jump stays ~1 and
-it is not blamed. Culprits are ranked: the born-from-clean-inputs rows in execution order (the
-earliest step first: across decode steps error is born where it first shows, not where it is
-largest), then the independent ones by jump. ``jump`` is kept as a column, not as the rule.
+it is not blamed.
+
+Where the feeders are guessed, a diverged row whose error holds an exact relation to the reference
+(constant ratio, permutation, rows or channels confined) that none of its tainted feeders shows is its
+own culprit, whatever its jump (``born = "own_relation"``, compare/relations.py: it reads data, so
+the engine runs it after :func:`attribute`).
+
+Culprits are ranked: the rows born from clean inputs, below their allowance or by their own relation
+in execution order (the earliest step first: across decode steps error is born where it first shows,
+not where it is largest), then the independent ones by jump. ``jump`` is kept as a column, not as
+the rule.
 """
 from __future__ import annotations
 
@@ -45,10 +53,10 @@ ORIGIN_MIN = 0.75
 RISE = 3.0
 
 
-def attribute(rows: list[Row]) -> None:
-    """Fill ``feeders``, ``score_in``, ``jump`` and ``born`` of rows in execution order."""
+def feeders_of(rows: list[Row]):
+    """Yield ``(row, feeders)`` in execution order: the row's recorded inputs, else the rows before it
+    in its layer and step and the last row of the layer run before (module docstring)."""
     by_key: dict[tuple, Row] = {}
-    origin: dict[int, Row] = {}  # id(tainted row) -> the row where its error was born
     layer_rows: list[Row] = []
     current = object()
     last_prev: Row | None = None
@@ -59,6 +67,16 @@ def attribute(rows: list[Row]) -> None:
                 last_prev = layer_rows[-1]
             layer_rows, current = [], run
         feeders = _recorded_inputs(row, by_key) or layer_rows + ([last_prev] if last_prev else [])
+        yield row, feeders + [by_key[x] for x in getattr(row, "cache_feeders", ()) if x in by_key]  # steps.py
+        if not row.key.rsplit(".", 2)[-2:-1] == ["in"]:
+            layer_rows.append(row)
+        by_key[(row.key, row.step, row.call)] = row
+
+
+def attribute(rows: list[Row]) -> None:
+    """Fill ``feeders``, ``score_in``, ``jump`` and ``born`` of rows in execution order."""
+    origin: dict[int, Row] = {}  # id(tainted row) -> the row where its error was born
+    for row, feeders in feeders_of(rows):
         row.feeders = [f.key for f in feeders][-8:]
         row.score_in = max((f.score for f in feeders if f.status != "skipped"), default=0.0)
         row.jump = _jump(row.score, row.score_in)
@@ -67,15 +85,12 @@ def attribute(rows: list[Row]) -> None:
         row.born = _born(row, dirty)
         if row.born:
             origin[id(row)] = row
-        elif dirty and (row.diverged or row.score >= DECAY):
+        elif dirty and (row.diverged or max(row.score, getattr(row, "carry_score", None) or 0.0) >= DECAY):
             origin[id(row)] = sources[-1]
             if row.diverged and not sources[-1].diverged and not sources[-1].born:
                 sources[-1].born = "below_allowance"  # the birth this divergence leads back to
         elif not dirty and row.score >= ORIGIN_MIN and row.score >= RISE * row.score_in and not row.decision:
             origin[id(row)] = row  # a sub-allowance birth: a culprit once something it feeds diverges
-        if not row.key.rsplit(".", 2)[-2:-1] == ["in"]:
-            layer_rows.append(row)
-        by_key[(row.key, row.step, row.call)] = row
 
 
 def _recorded_inputs(row: Row, by_key: dict) -> list[Row]:
@@ -108,7 +123,7 @@ def first_divergence(rows: list[Row]) -> Row | None:
 
 def culprits(rows: list[Row]) -> list[Row]:
     """Every born row, ranked (module docstring)."""
-    clean = [r for r in rows if r.born in ("clean_inputs", "below_allowance")]
+    clean = [r for r in rows if r.born in ("clean_inputs", "below_allowance", "own_relation")]
     independent = sorted((r for r in rows if r.born == "independent"), key=lambda r: -r.jump)
     return clean + independent
 

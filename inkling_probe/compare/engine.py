@@ -10,7 +10,8 @@ largest tensor, not the dump.
 """
 from __future__ import annotations
 
-from inkling_probe.compare import divergence, floor
+from inkling_probe.compare import coverage, divergence, floor, relations
+from inkling_probe.compare import steps as decode_steps
 from inkling_probe.compare.align import align, entries
 from inkling_probe.compare.report import Report
 from inkling_probe.compare.walker import Walker
@@ -75,11 +76,16 @@ def _compare(ref, cand, control=None, *, name_map=None, metric: str = "rel_rms",
         if progress:
             progress(i + 1, len(paired), p.key)
     report.control_rows = walker.control_only_rows()
+    decode_steps.link_cache(report.rows)
     divergence.attribute(report.rows)
+    relations.mark(report, dumps, ents, walker)  # own culprits among rows whose feeders are guessed
     divergence.attribute(report.control_rows)
     report.first_divergence = divergence.first_divergence(report.rows)
     report.culprits = divergence.culprits(report.rows) or divergence.culprits(report.control_rows)
     report.notes += walker.summary_notes()
+    cov = coverage.summary(report.rows + report.control_rows)
+    if cov["rows_judged"] < cov["rows_recorded"]:  # the view's summary line states it otherwise
+        report.notes.insert(0, "coverage: " + coverage.line(report.rows + report.control_rows))
     if explain or explain_keys:
         from inkling_probe.compare.diagnose import diagnose_report
         diagnose_report(report, dumps, ents, walker, max_explain if explain else 0, explain_keys)

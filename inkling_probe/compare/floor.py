@@ -81,10 +81,50 @@ def min_allowance(depth: int, metric: str = "rel_rms", dtypes=()) -> float:
     if metric == "max_abs":
         return 0.0
     base = default_threshold("float32", depth, metric)
-    own = coarsest(*dtypes)
-    if own is None or metric != "rel_rms":
+    if metric != "rel_rms":
         return base
-    return max(base, ROUNDING_K * precision_rank(own) / 2 / math.sqrt(3))
+    return max(base, rounding_allowance(dtypes))
+
+
+def row_allowance(n: int, base: float, k: float, k_row: float, ctl_rows=None, ctl_masked=(), minimum: float = 0.0,
+                  rounding: float = 0.0, scale=None):
+    """The allowance of each of ``n`` token rows, for row errors ``e_i`` (``measure.row_errors``: a row's
+    error over an average row's norm). Rows fluctuate more than tensors, hence ``k_row`` (3) x:
+
+    - without the control's rows: ``base`` (the key's allowance);
+    - with them (``ctl_rows`` [n], ``ctl_masked`` the rows the control set aside):
+      ``max(k/2 * own_i, base / k, minimum)``, where ``own_i`` is the control's error on row i, but
+      never less than the control's distribution over rows: its row errors relative to their own
+      rows' norms (``e_ctl_j / rho_j``), rms over the rows it judged and found different, applied to
+      row i's norm (``rho_i``). A control row that happens to be exact, or that the control set aside
+      after its own routing change, measured nothing about that row; it cannot make the row's
+      allowance 0 (nor the average row's when the row is ten times louder);
+    - either way at least ``rounding * rho_i``: the rounding of the key's own dtype (``rounding``:
+      ROUNDING_K x its rms, relative) on that row's own scale.
+
+    ``scale`` holds ``rho_i`` (``measure.row_errors_and_scale``); None: every row average (1).
+    """
+    import numpy as np
+
+    rho = np.ones(n) if scale is None else np.asarray(scale, dtype=np.float64)  # [n]
+    if ctl_rows is None:
+        return np.maximum(np.full(n, k_row * base), k_row * rounding * rho)
+    e = np.asarray(ctl_rows, dtype=np.float64)  # [n]
+    judged = np.ones(e.shape, bool)
+    if len(ctl_masked):
+        judged[np.asarray(list(ctl_masked), dtype=np.int64)] = False
+    seen = judged & (e > 0) & (rho > 0)
+    spread = float(np.sqrt(np.mean((e[seen] / rho[seen]) ** 2))) if seen.any() else 0.0  # relative to own row
+    own = np.where(judged, np.maximum(e, spread * rho), spread * rho)  # [n]
+    allow = k_row * np.maximum(np.maximum(k / 2 * own, base / k), minimum)
+    return np.maximum(allow, k_row * rounding * rho)
+
+
+def rounding_allowance(dtypes) -> float:
+    """ROUNDING_K x the rms of rounding to the coarsest of ``dtypes``, relative ((eps / 2) / sqrt(3);
+    bf16: 0.0045); 0 for none."""
+    own = coarsest(*dtypes)
+    return ROUNDING_K * precision_rank(own) / 2 / math.sqrt(3) if own is not None else 0.0
 
 
 def threshold(floor: float | None, default: float, user: float | None, k: float = K_DEFAULT,

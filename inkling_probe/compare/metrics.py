@@ -4,6 +4,9 @@
   reference (``||r|| = 0``) gives ``rel_rms = 0`` when ``c`` is zero there too and ``inf``
   otherwise; an empty tensor gives 0 (nothing differs).
 - ``cosine = <c, r> / (||c|| ||r||)``; 1 when both are zero, 0 when exactly one is.
+- When the sides disagree about a NaN/Inf anywhere, ``rel_rms``, ``max_abs`` (its index: the
+  first such position), ``max_rel`` are inf, ``sqnr_db`` is -inf and ``cosine`` is NaN: the finite
+  positions alone never read as agreement.
 - ``max_abs`` = max |c - r| and ``max_abs_index`` (multi-dim) where it occurs.
 - ``sqnr_db = 10 log10(||r||^2 / ||c - r||^2)``: inf when equal.
 - ``outside`` = fraction of elements with |c - r| > atol + rtol |r| (non-finite mismatches count).
@@ -99,6 +102,7 @@ class _Acc:
         self.counts = {"ref_nan": 0, "ref_inf": 0, "cand_nan": 0, "cand_inf": 0}
         self.first = {"ref": None, "cand": None}
         self.nonfinite_mismatch = 0
+        self.first_odd = None  # flat index of the first position where the sides disagree about NaN/Inf
 
     def add(self, start: int, r: np.ndarray, c: np.ndarray, atol: float, rtol: float) -> None:
         with np.errstate(invalid="ignore", over="ignore"):
@@ -141,8 +145,11 @@ class _Acc:
         both = rf & cf
         with np.errstate(invalid="ignore"):
             same_special = (~rf & ~cf) & ((np.isnan(r) & np.isnan(c)) | (r == c))
-        odd = int(np.count_nonzero(~both & ~same_special))
+        odd_at = ~both & ~same_special
+        odd = int(np.count_nonzero(odd_at))
         self.nonfinite_mismatch += odd
+        if odd and self.first_odd is None:
+            self.first_odd = start + int(np.flatnonzero(odd_at)[0])
         r0, c0 = np.where(both, r, 0.0), np.where(both, c, 0.0)  # [n] finite-only values
         d = c0 - r0
         self.rr += float(r0 @ r0)
@@ -185,7 +192,20 @@ def _finish(acc: _Acc, n: int, shape, atol: float, rtol: float) -> Metrics:
     m.ref_first_nonfinite = unravel(acc.first["ref"], shape) if acc.first["ref"] is not None else None
     m.cand_first_nonfinite = unravel(acc.first["cand"], shape) if acc.first["cand"] is not None else None
     m.nonfinite_mismatch = acc.nonfinite_mismatch
+    if m.nonfinite_mismatch:
+        _nonfinite_errors(m, acc, shape)
     return m
+
+
+def _nonfinite_errors(m: Metrics, acc: _Acc, shape) -> None:
+    """The sides disagree about a NaN/Inf: every error metric is inf whatever the finite positions
+    say (the table, the JSON and ``error()`` agree); the cosine of vectors holding a NaN is NaN, and
+    ``max_abs_index`` points at the first such position."""
+    m.rel_rms = m.max_abs = math.inf
+    m.sqnr_db = -math.inf
+    m.cosine = math.nan
+    if acc.first_odd is not None:
+        m.max_abs_index = unravel(acc.first_odd, shape)
 
 
 def _ratio(num: float, den: float) -> float:

@@ -21,7 +21,7 @@ class Row:
     ref_dtype: str = ""
     cand_dtype: str = ""
     against: str = "reference"  # "control" for keys only the control and candidate hold
-    status: str = "ok"  # exact | ok | diverged | shape | unreadable | skipped | not_comparable
+    status: str = "ok"  # exact | ok | diverged | shape | unreadable | skipped | not_comparable | unchecked
     metrics: Metrics | None = None
     error: float | None = None  # the chosen metric's error (changed-row fraction for integer keys)
     floor: float | None = None  # the control's error on this key
@@ -40,6 +40,12 @@ class Row:
     feeders: list = field(default_factory=list)  # keys taken as this row's inputs
     born: str = ""  # "" | "clean_inputs" | "independent": why attribution blames this row
     findings: list = field(default_factory=list)  # explain's findings (dicts) for this row
+    rows_recorded: int | None = None  # coverage (compare/coverage.py): the reference's token rows
+    rows_judged: int | None = None  # ... of which judged
+    not_judged: dict = field(default_factory=dict)  # reason -> rows not judged
+    reach: float = 0.0  # the largest allowance a changed decision added to a row here (reach.py)
+    carry_score: float | None = None  # the score without that reach (keeps an upstream error's taint)
+    cache_feeders: list = field(default_factory=list)  # (key, step, call) of earlier steps it reads (decode)
 
     @property
     def diverged(self) -> bool:
@@ -47,8 +53,14 @@ class Row:
 
     @property
     def unchecked(self) -> bool:
-        """A row compare could not check (unreadable, or not comparable): never 'within tolerance'."""
-        return self.status in ("unreadable", "not_comparable")
+        """A row compare could not check (unreadable, not comparable, or too few rows judged:
+        ``unchecked``): never 'within tolerance'."""
+        return self.status in ("unreadable", "not_comparable", "unchecked")
+
+    def coverage(self) -> dict:
+        """``{"rows_recorded", "rows_judged", "not_judged": {reason: rows}}``."""
+        return {"rows_recorded": self.rows_recorded, "rows_judged": self.rows_judged,
+                "not_judged": dict(self.not_judged)}
 
     def brief(self) -> dict:
         """``{"key", "step", "metrics"}`` for the JSON's first_divergence and culprit."""
@@ -68,7 +80,8 @@ class Row:
                 "threshold": self.threshold, "score": self.score, "score_in": self.score_in,
                 "jump": self.jump, "layer": self.layer, "depth": self.depth, "note": self.note,
                 "row_score": self.row_score, "bad_rows": self.bad_rows, "decision": self.decision,
-                "born": self.born, "token_errors": self.token_errors, "metrics": self.metric_dict()}
+                "born": self.born, "token_errors": self.token_errors, "metrics": self.metric_dict(),
+                "coverage": self.coverage(), "reach": self.reach}
 
 
 @dataclass(repr=False)  # the short repr and the HTML table come from ReportViews
@@ -103,9 +116,28 @@ class Report(ReportViews):
 
     @property
     def unchecked(self) -> list[Row]:
-        """Rows that could not be checked (unreadable, not comparable): the CLI exits 1 when any
-        exists and nothing diverged is not claimed (docs/COMPARE.md, exit codes)."""
-        return [r for r in self.rows + self.control_rows if r.unchecked]
+        """Rows that could not be checked (unreadable, not comparable, too few rows judged) and are
+        not downstream of the top culprit: the CLI exits 1 when any exists (docs/COMPARE.md, exit
+        codes); :attr:`unchecked_reason` says why in one line."""
+        after = _after(self.rows, self.culprit)
+        return [r for r in self.rows + self.control_rows if r.unchecked and id(r) not in after]
+
+    @property
+    def unchecked_reason(self) -> str:
+        """One line naming the unchecked keys and why ('' when none)."""
+        rows = self.unchecked
+        if not rows:
+            return ""
+        keys = sorted({f"{r.key}@{r.step}" for r in rows})
+        why = sorted({r.status.replace("_", " ") for r in rows})
+        return (f"{len(rows)} key row(s) unchecked ({', '.join(why)}): {', '.join(keys[:6])}"
+                + (f" ... {len(keys) - 6} more" if len(keys) > 6 else ""))
+
+    def coverage(self) -> dict:
+        """What was judged over every row (compare/coverage.py)."""
+        from inkling_probe.compare.coverage import summary
+
+        return summary(self.rows + self.control_rows)
 
     def row(self, key: str, step: int = 0, call: int = 0) -> Row:
         for r in self.rows + self.control_rows:
@@ -131,6 +163,8 @@ class Report(ReportViews):
             "culprits": [r.brief() for r in self.culprits],
             "unchecked": [{"key": r.key, "step": r.step, "call": r.call, "status": r.status, "note": r.note}
                           for r in self.unchecked],
+            "unchecked_reason": self.unchecked_reason,
+            "coverage": self.coverage(),
             "rows": [r.to_dict() for r in self.rows],
             "control_rows": [r.to_dict() for r in self.control_rows],
             "explanations": self.explanations,
@@ -139,6 +173,14 @@ class Report(ReportViews):
             "rank_findings": self.rank_findings,
             "notes": self.notes,
         }
+
+
+def _after(rows: list[Row], culprit: Row | None) -> set:
+    """ids of the rows after ``culprit`` in execution order (its downstream)."""
+    if culprit is None:
+        return set()
+    ids = [id(r) for r in rows]
+    return set(ids[ids.index(id(culprit)) + 1:]) if id(culprit) in ids else set()
 
 
 def score_of(error: float | None, threshold: float) -> float:

@@ -108,7 +108,7 @@ class RoutingSteps:
         side.routed[(p.step, layer_of(p.key))] = (r_ids.shape[0], k)
         side.ids[(p.step, layer_of(p.key))] = (r_ids, c_ids)
         side.decided[(p.step, layer_of(p.key))] = (r_ids, c_ids, d, scores[0] is not None)
-        side.note_changes(p.step, d.token_rows, d.changed)
+        side.note_changes(p.step, d.token_rows, d.changed, layer_of(p.key))
         return d, scores[0] is not None
 
     def _scores(self, p: Pair, label: str, n_tokens: int):

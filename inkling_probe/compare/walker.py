@@ -1,13 +1,12 @@
 """Walks the aligned pairs in execution order, measuring each with the state that came before:
-upstream precision, layer depth, routing changes (tokens set aside), call structure.
+upstream precision, layer depth, changed decisions (routing flips, decoded tokens), call structure.
 
-State kept per dump side (candidate, control): the tokens whose routing changed in each step are
-set aside (take the reference's values) in every later key of that step with as many token rows;
-keys whose rows are not those tokens (dispatch order, ``[T*k, ...]``) after a change are not
-comparable and are skipped with a note, never compared by index. The tokens after a changed one
-are set aside too: the short convs and attention mix a changed token's values into later tokens, so
-their difference is the routing change's, not a new error (measured: a near-tie flip at token 9
-raised tokens 10-12 to 5x the noise through a 4-tap conv, and tokens 10-16 to 3x through attention).
+State kept per dump side (candidate, control): the tokens whose decision changed in each step
+(:mod:`.reach`). A changed token's own rows are set aside (take the reference's values) in every key
+after its decision in its step; every other row stays judged, the rows the flipped token can reach
+(later positions, later keys) against an allowance widened by what it can carry there (reach.py). Keys whose rows are not those tokens (dispatch order, ``[T*k, ...]``) after a
+change are not comparable and are skipped with a note, never compared by index. Every row says how
+much of its key was judged (:mod:`.coverage`).
 """
 from __future__ import annotations
 
@@ -15,13 +14,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from inkling_probe.compare import floor
+from inkling_probe.compare import coverage, floor, steps
 from inkling_probe.compare.align import Entry, Pair, layer_of
-from inkling_probe.compare.measure import Measured, measure, token_rows
+from inkling_probe.compare.measure import Measured, load, measure, token_rows
 from inkling_probe.compare.ranks import check_replicated
+from inkling_probe.compare.reach import Reach
 from inkling_probe.compare.report import Report, Row, join_notes, score_of
 from inkling_probe.compare.routing import RoutingSteps
-from inkling_probe.compare.values import is_integer
+from inkling_probe.compare.values import as_float64, is_integer
+from inkling_probe.errors import ProbeError
 from inkling_probe.settings import matches_any
 
 # Integer keys that are routing decisions by name: transformers' MoE routers return (logits,
@@ -38,7 +39,8 @@ class _Side:
 
     precision: str | None = None
     layers_seen: dict = field(default_factory=dict)  # step -> set of layers
-    aside: dict = field(default_factory=dict)  # step -> (token rows, set of rows)
+    aside: dict = field(default_factory=dict)  # step -> (token rows, set of changed rows)
+    reach: Reach = field(default_factory=Reach)  # the changed decisions and what they reach
     tally: dict = field(default_factory=dict)  # decision key -> [changed, seen] over steps
     flips: dict = field(default_factory=dict)  # (key, step, call) -> Decision
     routed: dict = field(default_factory=dict)  # (step, layer) -> (tokens, k) of a decision seen there
@@ -55,23 +57,21 @@ class _Side:
         self.precision = floor.coarsest(self.precision, *running)
         return layer, len(seen), floor.coarsest(self.precision, *dtypes)
 
-    def set_aside(self, step: int):
-        def rows(n: int):
-            n_rows, changed = self.aside.get(step, (None, set()))
-            return sorted(changed) if n_rows == n and changed else None
-        return rows
+    def set_aside(self, step: int, layer=None):
+        """``n -> rows``: the changed tokens' own rows (set aside after their decision, in its step)."""
+        return lambda n: self.reach.aside(step, layer, n) or None
 
     def changed_in(self, step: int) -> tuple[int | None, set]:
         return self.aside.get(step, (None, set()))
 
-    def note_changes(self, step: int, n_rows: int, rows) -> None:
-        """Set aside the changed tokens and every later token of the step: sequence mixing (the
-        short convs, attention) carries a changed token's new values into the tokens after it."""
+    def note_changes(self, step: int, n_rows: int, rows, layer=None, kind: str = "routing") -> None:
+        """The changed tokens of a decision: set aside after it, reaching later rows (reach.py)."""
         if not rows:
             return
         old_n, old = self.aside.get(step, (n_rows, set()))
         if old_n == n_rows:
-            self.aside[step] = (n_rows, old | set(range(min(rows), n_rows)))
+            self.aside[step] = (n_rows, old | set(rows))
+        self.reach.add(step, layer, n_rows, rows, kind)
 
 
 class Walker(RoutingSteps):
@@ -95,11 +95,18 @@ class Walker(RoutingSteps):
                   layer=layer, depth=depth, decision=self.is_decision(p.key, ref_e, cand_e))
         why = self._not_comparable(p, self.cand, "candidate")
         if why:
-            return self._skip(row, why)
+            row = self._skip(row, why)
+            coverage.cover(row, token_rows(p.ref), None, whole="not comparable")
+            return row
         if row.decision:
             self._decision_row(row, p)
+            coverage.cover(row, token_rows(p.ref), None)
         else:
             self._value_row(row, p, precision, depth)
+        if row.status == "unreadable":
+            coverage.cover(row, token_rows(p.ref), None, whole="unreadable")
+        if steps.is_logits(p.key) and self.batch_rows == (None, None):
+            self._decoded(row, p)
         for label, e in (("reference", ref_e), ("candidate", cand_e), ("control", self._ctl_entry(p))):
             if e is not None:
                 self.report.rank_findings += check_replicated(self.dumps[label], e, label, p.key,
@@ -145,22 +152,36 @@ class Walker(RoutingSteps):
     def _value_row(self, row: Row, p: Pair, precision, depth) -> None:
         rtol = floor.base_threshold(precision)
         m = measure(self.dumps["reference"], p.ref, self.dumps["candidate"], p.cand, self.metric, rtol,
-                    self.cand.set_aside(p.step), self.batch_rows, realign=self._realigner(p, self.cand))
-        ctl = self._control_measure(p, precision)
+                    self.cand.set_aside(p.step, row.layer), self.batch_rows, realign=self._realigner(p, self.cand))
+        ctl = self._control_measure(p, precision, row.layer)
         row.metrics, row.error, row.note = m.metrics, m.error, m.note
         row.floor = ctl.error if ctl is not None and ctl.status in ("ok", "exact") else None
         default = self._default(precision, depth, integer=is_integer(p.ref.dtype))
         minimum = floor.min_allowance(depth, self.metric, [p.ref.dtype, p.cand.dtype])
         row.threshold = floor.threshold(row.floor, default, self.user, self.k, minimum)
+        width = int(np.prod(p.ref.global_shape())) // max(m.token_rows or 1, 1)
+        scale = float(p.ref.first.get("rms") or 0.0) * float(np.sqrt(max(width, 1)))  # an average row's norm
+        reach = self.cand.reach.allowance(p.key, p.call, p.step, row.layer, m.token_rows, width, scale) \
+            if m.token_rows else None
+        if reach is not None:
+            row.reach = float(reach.max())
+            row.carry_score = score_of(row.error, row.threshold)  # the score without the reach
+            if self.metric == "rel_rms":  # rel_rms^2 is the mean of the rows' e_i^2
+                tensor = self.cand.reach.own  # [n] the share spread out (reach.py)
+                row.threshold = float(np.hypot(row.threshold, np.sqrt(np.mean(tensor ** 2))))
+            row.note = join_notes(row.note, f"rows from {int(np.flatnonzero(reach)[0])} allowed up to "
+                                            f"{row.reach:.3g} for a changed decision's reach")
         if m.masked:
             self.masks[(p.key, p.step, p.call)] = m.masked
-            row.note = join_notes(row.note, f"{len(m.masked)} token row(s) set aside (at or after a routing change)")
+            row.note = join_notes(row.note, f"{len(m.masked)} token row(s) set aside (a changed decision's own)")
         self._status(row, m)
-        width = int(np.prod(p.ref.global_shape())) // max(m.token_rows or 1, 1)
         if m.row_errors is not None and row.status in ("ok", "diverged") and width >= MIN_ROW_VALUES:
-            self._rows_judged(row, m, ctl)
+            self._rows_judged(row, m, ctl, reach)
+        self.cand.reach.observe(p.key, p.call, p.step, m.token_rows, width, m.row_errors, m.masked,
+                                m.masked_errors, row.diverged, scale)
+        coverage.cover(row, token_rows(p.ref), m.token_rows, len(m.masked or []))
 
-    def _control_measure(self, p: Pair, precision) -> Measured | None:
+    def _control_measure(self, p: Pair, precision, layer=None) -> Measured | None:
         ctl = self._ctl_entry(p)
         if ctl is None:
             if "control" in self.ents:
@@ -170,18 +191,22 @@ class Walker(RoutingSteps):
         if self._not_comparable(p, self.ctl, "control"):
             return None
         return measure(self.dumps["reference"], p.ref, self.dumps["control"], ctl, self.metric,
-                       floor.base_threshold(precision), self.ctl.set_aside(p.step), (self.batch_rows[0], None),
+                       floor.base_threshold(precision), self.ctl.set_aside(p.step, layer), (self.batch_rows[0], None),
                        realign=self._realigner(p, self.ctl))
 
-    def _rows_judged(self, row: Row, m: Measured, ctl: Measured | None) -> None:
-        """Token rows judged on their own: a divergence confined to a few rows is not averaged away."""
+    def _rows_judged(self, row: Row, m: Measured, ctl: Measured | None, reach=None) -> None:
+        """Token rows judged on their own: a divergence confined to a few rows is not averaged away;
+        ``reach`` ``[n]`` widens the rows a changed decision can reach (reach.py)."""
         e = m.row_errors  # [n]
         base = row.threshold
-        if ctl is not None and ctl.row_errors is not None and ctl.row_errors.shape == e.shape:
-            allow = np.maximum(K_ROW / 2 * self.k * ctl.row_errors, K_ROW * base / self.k)  # [n]
-            allow = np.maximum(allow, K_ROW * floor.min_allowance(row.depth, self.metric))
-        else:
-            allow = np.full(e.shape, K_ROW * base)
+        has_ctl = ctl is not None and ctl.row_errors is not None and ctl.row_errors.shape == e.shape
+        dtypes = [row.ref_dtype, row.cand_dtype]
+        allow = floor.row_allowance(len(e), base, self.k, K_ROW, ctl.row_errors if has_ctl else None,  # [n]
+                                    (ctl.masked or ()) if has_ctl else (),
+                                    floor.min_allowance(row.depth, self.metric, dtypes),
+                                    floor.rounding_allowance(dtypes) if self.metric == "rel_rms" else 0.0, m.row_scale)
+        if reach is not None and reach.shape == e.shape:
+            allow = np.hypot(allow, reach)
         scores = np.where(allow > 0, e / np.where(allow > 0, allow, 1.0), np.where(e > 0, np.inf, 0.0))
         row.token_errors = [float(x) for x in e[:4096]]
         if scores.size:
@@ -210,6 +235,68 @@ class Walker(RoutingSteps):
         if self.metric == "max_abs" or integer:
             return 0.0
         return floor.default_threshold(precision, depth, self.metric)
+
+    # -- the token a step decodes (compare/steps.py) -------------------------------------------
+    def _decoded(self, row: Row, p: Pair) -> None:
+        """A different decoded token: the next step's rows are its own (set aside there)."""
+        nxt = self._next_step(p)
+        if nxt is None:
+            return
+        step_next, n_next = nxt
+        for label, side, other in (("candidate", self.cand, p.cand), ("control", self.ctl, self._ctl_entry(p))):
+            if other is None:
+                continue
+            try:
+                r, c = as_float64(load(self.dumps["reference"], p.ref)), as_float64(load(self.dumps[label], other))
+            except (ProbeError, ValueError):
+                continue
+            if r.ndim < 2 or r.shape != c.shape:
+                continue
+            d = steps.decoded_change(r.reshape(-1, r.shape[-1]), c.reshape(-1, c.shape[-1]), n_next)
+            if d is None or not d.changed or not self._fed(step_next, label, other, d.changed):
+                continue
+            side.note_changes(step_next, n_next, d.changed, None, "token")
+            if label == "candidate":
+                kinds = f"{len(d.near_tie)} near-tie, {len(d.clear)} clear-margin" if not d.unclassified else "unclassified"
+                margins = ", ".join(f"gap {g:.3g} vs move {m:.3g}" for g, m in list(d.margins.values())[:3])
+                row.note = join_notes(row.note, f"decoded token differs for {len(d.changed)} of {n_next} next-step "
+                                                f"row(s) ({kinds}{'; ' + margins if margins else ''}): step "
+                                                f"{step_next}'s rows are set aside")
+
+    def _fed(self, step: int, label: str, like: Entry, rows) -> bool:
+        """Whether the next step was fed the decoded tokens: its first recorded key (the embedding)
+        differs on those rows by a whole row (another token), not by rounding. Teacher-forced
+        decode steps feed fixed tokens, whatever the logits say."""
+        first = min((e for (k, s, c), e in self.ents["reference"].items() if s == step), key=lambda e: e.seq,
+                    default=None)
+        if first is None:
+            return True
+        other = self.ents[label].get((self._mapped(first), step, first.call))
+        if other is None:
+            return True
+        try:
+            r, c = as_float64(load(self.dumps["reference"], first)), as_float64(load(self.dumps[label], other))
+        except (ProbeError, ValueError):
+            return True
+        n = token_rows(first)
+        if r.size != c.size or not n:
+            return True
+        r, c = r.reshape(n, -1), c.reshape(n, -1)
+        rows = [t for t in rows if t < n]
+        err = np.linalg.norm(c[rows] - r[rows], axis=1) / np.maximum(np.linalg.norm(r[rows], axis=1), 1e-30)
+        return bool(np.any(err > steps.OTHER_TOKEN))
+
+    def _mapped(self, e: Entry) -> str:
+        """The mapped key of a reference entry (entries are keyed by mapped key)."""
+        return next(k for (k, s, c), x in self.ents["reference"].items() if x is e)
+
+    def _next_step(self, p: Pair) -> tuple[int, int] | None:
+        later = sorted({s for (k, s, c) in self.ents["reference"] if k == p.key and s > p.step})
+        if not later:
+            return None
+        e = self.ents["reference"].get((p.key, later[0], p.call))
+        n = token_rows(e) if e is not None else None
+        return (later[0], n) if n else None
 
     # -- keys only the control and the candidate hold ------------------------------------------
     def control_only_rows(self) -> list[Row]:

@@ -58,6 +58,13 @@ def rows(doc: dict, step: int | None = None) -> list[dict]:
     return [r for r in out if step is None or r.get("step") == step]
 
 
+def compared(doc: dict) -> str:
+    """How many keys were compared, said the same way wherever a view counts them: the keys against
+    the reference, then the rows against the control (which the full table lists too)."""
+    n, m = len(doc.get("rows") or []), len(doc.get("control_rows") or [])
+    return f"{n} keys compared against the reference" + (f", {m} against the control" if m else "")
+
+
 def row_for(doc: dict, key: str, step: int = 0, call: int = 0) -> dict | None:
     for r in rows(doc):
         if (r["key"], r.get("step", 0), r.get("call", 0)) == (key, step, call):

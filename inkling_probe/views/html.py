@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 from html import escape
 
-from inkling_probe.views.doc import as_doc, culprits, findings, fmt, hypothesis, name, rows, verdict
+from inkling_probe.views.doc import as_doc, compared, culprits, findings, fmt, hypothesis, name, rows, verdict
 
 _STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1180px;
@@ -62,7 +62,7 @@ def page(report, images: dict[str, bytes], environment: dict | None = None, file
         parts.append(f'<figure><img alt="{escape(caption)}" src="data:image/png;base64,'
                      f'{base64.b64encode(data).decode()}"><figcaption>{escape(caption)}</figcaption></figure>')
     parts += ["<h2>Diverged keys</h2>", table(doc, limit=60),
-              f"<details><summary>all {len(rows(doc))} compared keys</summary>{table(doc, 10**6, False)}</details>",
+              f"<details><summary>all {compared(doc)}</summary>{table(doc, 10**6, False)}</details>",
               _notes(doc), _environment(environment), _files(files), "</body></html>"]
     return "\n".join(p for p in parts if p)
 
@@ -122,7 +122,8 @@ def _inputs(doc: dict) -> str:
     ctl = f", control <code>{escape(name(doc['control']))}</code>" if doc.get("control") else ""
     return (f"<p>Candidate <code>{escape(name(doc.get('cand')))}</code> against reference "
             f"<code>{escape(name(doc.get('ref')))}</code>{ctl}; metric {escape(doc.get('metric', 'rel_rms'))}, "
-            f"{len(doc.get('rows') or [])} keys compared.</p>")
+            f"{compared(doc)}.</p>")
+
 
 
 def _notes(doc: dict) -> str:

@@ -1,7 +1,7 @@
 """report.md: the same content as report.html as Markdown, images linked (files beside it)."""
 from __future__ import annotations
 
-from inkling_probe.views.doc import as_doc, culprits, findings, fmt, hypothesis, name, rows, verdict
+from inkling_probe.views.doc import as_doc, compared, culprits, findings, fmt, hypothesis, name, rows, verdict
 
 
 def markdown(report, images: dict[str, str] = (), files=(), limit: int = 40) -> str:
@@ -10,7 +10,7 @@ def markdown(report, images: dict[str, str] = (), files=(), limit: int = 40) -> 
     ctl = f", control `{name(doc['control'])}`" if doc.get("control") else ""
     out = ["# inkling-probe report", "", f"**{verdict(doc)}**", "",
            f"Candidate `{name(doc.get('cand'))}` against reference `{name(doc.get('ref'))}`{ctl}; "
-           f"metric {doc.get('metric', 'rel_rms')}, {len(doc.get('rows') or [])} keys compared.", "", "## Culprits", ""]
+           f"metric {doc.get('metric', 'rel_rms')}, {compared(doc)}.", "", "## Culprits", ""]
     for rank, c in enumerate(culprits(doc), 1):
         out.append(f"{rank}. `{c['key']}` step {c.get('step', 0)}: {fmt(c.get('error'))} > threshold "
                    f"{fmt(c.get('threshold'))} (score {fmt(c.get('score'))}, jump {fmt(c.get('jump'))})")

@@ -93,14 +93,22 @@ def verdict(out, report, replayed=None) -> None:
 
     unchecked = report.unchecked
     if not report.diverged and not unchecked:
+        cov = getattr(report, "coverage", None)
+        judged = ""
+        if callable(cov):
+            c = cov()
+            if c["rows_recorded"]:
+                judged = f"; judged {c['rows_judged']} of {c['rows_recorded']} key rows"
         out.print(f"[green]within tolerance[/green]: {len(report.rows)} keys agree "
-                  f"(metric {report.metric}{', control ' + report.control if report.control else ''})")
+                  f"(metric {report.metric}{', control ' + report.control if report.control else ''}{judged})")
     fd = report.first_divergence
     if fd is not None:
         out.print(f"[bold yellow]first divergence[/bold yellow]: {escape(fd.key)} step {fd.step} "
                   f"({report.metric} {fmt(fd.error)}, allowance {fmt(fd.threshold)}, score {fmt(fd.score)})")
     for i, cu in enumerate(report.culprits):
-        why = "inputs within tolerance" if cu.born == "clean_inputs" else f"{fmt(cu.jump)}x what its inputs carry"
+        why = {"clean_inputs": "inputs within tolerance", "own_relation": "a relation its inputs do not show",
+               "below_allowance": "under its allowance, amplified downstream"}.get(
+            cu.born, f"{fmt(cu.jump)}x what its inputs carry")
         label = "culprit" if i == 0 else f"culprit #{i + 1}"
         out.print(f"[bold red]{label}[/bold red]: {escape(cu.key)} step {cu.step}: error born here "
                   f"(score {fmt(cu.score)}, {why})")
@@ -116,6 +124,8 @@ def verdict(out, report, replayed=None) -> None:
         keys = sorted({r.key for r in unchecked})
         out.print(f"[bold magenta]could not check[/bold magenta] {len(unchecked)} row(s) "
                   f"({escape(', '.join(keys[:6]))}{' ...' if len(keys) > 6 else ''}): not within tolerance")
+        if getattr(report, "unchecked_reason", ""):
+            out.print(f"  unchecked: {escape(report.unchecked_reason)}")
     for note in report.notes[:6]:
         out.print(f"  note: {escape(note)}")
     only(out, "only in the reference", report.only_ref)

@@ -137,6 +137,20 @@ def _check_allreduce(spec: str) -> None:
 
 
 # -- the runs (module level: spawned ranks import them) ---------------------------------------
+def _check_force_routing(path, impl: str, cuda_graph: bool) -> None:
+    if not path:
+        return
+    if impl != "native" or cuda_graph:
+        raise BadInput("--force-routing: the native model, eager (not --impl hf, not --cuda-graph)")
+    from inkling_model.plugins.forced_routing import ForcedRouting
+    from inkling_probe.errors import ProbeError
+
+    try:
+        ForcedRouting(path)
+    except (OSError, ValueError, ProbeError) as e:
+        raise BadInput(f"--force-routing: {str(e).splitlines()[0]}") from None
+
+
 def _dtype(name: str):
     import torch
 
@@ -165,6 +179,8 @@ def native_rank(rank: int, world: int, ckpt: str, dtype: str, prompts: list[list
     from inkling_model.checkpoint.weights import load_checkpoint
 
     gen = dict(gen)
+    from inkling_model.plugins import forced_routing
+    forced_routing.reset()  # a forced run starts at the reference's first step
     prompts = [prompts] if prompts and isinstance(prompts[0], int) else prompts
     config = InklingConfig.from_pretrained(ckpt)
     cuda_graph, enforce_eager = gen.pop("cuda_graph", False), gen.pop("enforce_eager", False)
@@ -283,11 +299,15 @@ def _run(impl, ckpt, tp, dp, dtype, prompts, max_new, eos, dump, gen) -> list[di
                    "placeholder token in --tokens takes one, or they are inserted after the first token.")
 @click.option("--audio", "audios", multiple=True, type=click.Path(dir_okay=False), metavar="FILE",
               help="A 16 kHz PCM WAV clip for a multimodal checkpoint; repeatable (placeholders as --image).")
+@click.option("--force-routing", "force_routing", type=click.Path(), metavar="REF_DUMP",
+              envvar="INKLING_FORCE_ROUTING", show_envvar=True,
+              help="The MoE routers take REF_DUMP's top-k ids (layers.N.mlp.topk_idx, native or transformers "
+                   "dump), so compare judges a flip-free run exactly (native, eager; same tokens).")
 @click.option("--dump", type=click.Path(), help="Dump directory to record into (must not exist).")
 @click.option("--gen-log", type=click.Path(dir_okay=False), metavar="FILE",
               help="Write one JSON line per response (ids, finish reason, per-step top logits) for `health`.")
 def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, dp, max_new_tokens, temperature, top_k, seed,
-            eos, fault, cuda_graph, enforce_eager, allreduce_spec, images, audios, dump, gen_log):
+            eos, fault, cuda_graph, enforce_eager, allreduce_spec, images, audios, force_routing, dump, gen_log):
     """Run the model on a checkpoint with recording on; prints the generated tokens."""
     ckpt_dir = Path(ckpt)
     config = _config(ckpt_dir)
@@ -310,10 +330,12 @@ def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, dp, max_new_
         raise BadInput("--cuda-graph/--enforce-eager decode one request: pass --tokens once, without --dp")
     _check_allreduce(allreduce_spec or "")
     _check_outputs(dump, gen_log, impl)
+    _check_force_routing(force_routing, impl, cuda_graph)
     media = None
     if images or audios:  # multimodal: media read and checked now (inkling_model/multimodal/run.py)
         prompts, media = _media(ckpt_dir, prompts, images, audios, dp, cuda_graph or enforce_eager)
-    env = {"INKLING_FAULT": fault_text, "INKLING_ALLREDUCE": allreduce_spec or ""}
+    env = {"INKLING_FAULT": fault_text, "INKLING_ALLREDUCE": allreduce_spec or "",
+           "INKLING_FORCE_ROUTING": force_routing or "", **_identity(ckpt_dir)}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # spawned ranks inherit them
     try:
@@ -356,6 +378,16 @@ def _media(ckpt_dir: Path, prompts, images, audios, dp: int, runtime: bool):
         return prepare(str(ckpt_dir), prompts, images, audios)
     except (MediaError, CheckpointError) as e:
         raise BadInput(f"--image/--audio: {e}") from None
+
+
+def _identity(ckpt_dir: Path) -> dict:
+    """The checkpoint's identity for the dump's run metadata (``report --ckpt`` checks it)."""
+    from inkling_probe.bundle import identity
+
+    try:
+        return {identity.ENV: identity.checkpoint_identity(ckpt_dir)}
+    except identity.IdentityError:
+        return {}  # not a loadable checkpoint: the load says why
 
 
 def _check_parallel(config, tp: int, dp: int, impl: str, n_requests: int) -> None:

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from inkling_model.plugins import forced_routing
 from inkling_model.layers.loading import make_param, replicated_loader
 
 
@@ -22,6 +23,7 @@ class Router(nn.Module):
         if not config.shared_expert_sink:
             raise NotImplementedError("shared_expert_sink=False: transformers' Inkling always uses the sink")
         self.num_experts, self.n_shared, self.top_k = config.n_routed_experts, config.n_shared_experts, config.num_experts_per_tok
+        self.layer_idx = layer_idx
         self.route_scale = config.route_scale
         self.weight = make_param((self.num_experts + self.n_shared, config.hidden_size), replicated_loader)
         self.bias = make_param((self.num_experts,), replicated_loader, torch.float32)
@@ -31,6 +33,9 @@ class Router(nn.Module):
         logits = F.linear(x.float(), self.weight.float())  # [T, E+S]
         scores = logits.sigmoid()[:, : self.num_experts] + self.bias.float()  # [T, E]
         idx = torch.topk(scores, self.top_k, dim=-1, sorted=False)[1]  # [T, k]
+        forced = forced_routing.active()  # run --force-routing: the reference's ids (eager only)
+        if forced is not None:
+            idx = torch.as_tensor(forced.take(self.layer_idx, x.shape[0]), device=idx.device)  # [T, k]
         routed = logits[:, : self.num_experts]  # [T, E]
         chosen = torch.cat([routed.gather(-1, idx), logits[:, self.num_experts:]], dim=-1)  # [T, k+S]
         logp = F.logsigmoid(chosen)

@@ -4,6 +4,9 @@ Importable as ``hunts`` from every test folder under tests/inkling_probe, like `
 """
 from __future__ import annotations
 
+import contextlib
+import os
+
 import torch
 
 import inkling_probe
@@ -19,12 +22,29 @@ def native(ck, dump, dtype, fault=(), **settings):
     from inkling_model.checkpoint.weights import load_checkpoint
 
     config = InklingConfig.from_pretrained(ck)
-    with faults.activate(list(fault)):
+    with faults.activate(list(fault)), _run_env(ck, fault):
         model = InklingForCausalLM(config, dtype=dtype)
         load_checkpoint(model, ck, config)
         with torch.no_grad(), inkling_probe.recording(str(dump), **settings):
             model(torch.tensor(IDS))
     return str(dump)
+
+
+@contextlib.contextmanager
+def _run_env(ck, fault):
+    """What `inkling-probe run` puts in the environment, which the dump records: the checkpoint's
+    identity and the planted faults (so a report's repro carries them)."""
+    from inkling_model.plugins import faults
+    from inkling_probe.bundle import identity
+
+    env = {identity.ENV: identity.checkpoint_identity(ck), faults.ENV: ",".join(fault)}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
 
 
 def hf(ck, dump, dtype):

@@ -43,7 +43,7 @@ def test_notebook_03_drives_the_real_runtime():
     """Issue 22: notebook 03 was a toy decode step; it now runs inkling_model's decode runtime (the
     static path eagerly on the CPU, captured graphs on a GPU) and graphdiff's check of what ran."""
     code = _source("03_cuda_graph", "code")
-    assert "from inkling_model.runtime import Runtime" in code and "enforce_eager=True" in code
+    assert "from inkling_model.runtime.runtime import Runtime" in code and "enforce_eager=True" in code
     assert "cuda_graph=True" in code and "graph_vs_eager" in code and "class DecodeStep" not in code
 
 

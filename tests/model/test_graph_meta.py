@@ -6,7 +6,7 @@ import torch
 
 import inkling_probe
 from inkling_model.generate import generate
-from inkling_model.runtime import Runtime
+from inkling_model.runtime.runtime import Runtime
 from inkling_probe.graphs.diff import graph_vs_eager
 from inkling_probe.graphs.forward import NotAGraphPair, how_steps_ran
 

@@ -23,6 +23,7 @@ from inkling_probe.compare.explain.base import KINDS, Context, Finding, as_value
 from inkling_probe.compare.explain.confined import confined
 from inkling_probe.compare.explain.dtypes import default_noise
 from inkling_probe.compare.explain.nonfinite import nonfinite
+from inkling_probe.compare.explain.nonzero import nonzero
 from inkling_probe.compare.explain.offset import channel_offset
 from inkling_probe.compare.explain.pair import Pair
 from inkling_probe.compare.explain.permute import layout_permutation
@@ -53,6 +54,8 @@ def explain(ref, cand, context: Context | None = None, **fields) -> list[Finding
     found = nonfinite(p) if p.stats.nonfinite else []
     if p.rel <= ctx.noise:
         return found
+    if p.stats.rr == 0:  # a zero reference: nothing relative to it can hold; say what is there instead
+        return found + [f for f in (nonzero(p),) if f is not None] + confined(p)
     ratio = constant_ratio(p)
     found += [f for f in (ratio, renormalised_rows(p), layout_permutation(p), sequence_shift(p), rounding(p), row_ratio(p, ratio is not None),
                           channel_ratio(p, ratio is not None), channel_offset(p), saturation(p)) if f is not None]

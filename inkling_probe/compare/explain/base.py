@@ -14,11 +14,12 @@ from inkling_probe.compare.values import from_any, unpack_fp4
 
 # kind: what a verdict matches on; name: the hypothesis as reported (kept stable for the JSON)
 KINDS = ("ratio", "permutation", "confined", "saturation", "zeroed", "shift", "nonfinite", "rounding",
-         "offset", "flushed")
+         "offset", "flushed", "nonzero")
 KIND_OF = {"constant_ratio": "ratio", "row_ratio": "ratio", "channel_ratio": "ratio",
            "layout_permutation": "permutation", "weight_layout": "permutation", "confined": "confined",
            "saturation": "saturation", "zeroed": "zeroed", "sequence_shift": "shift",
-           "nonfinite": "nonfinite", "rounding": "rounding", "channel_offset": "offset", "flushed": "flushed"}
+           "nonfinite": "nonfinite", "rounding": "rounding", "channel_offset": "offset", "flushed": "flushed",
+           "nonzero": "nonzero"}
 
 
 @dataclass

@@ -28,7 +28,7 @@ MARGIN = 4.0
 def fit(p: Pair, d: int | None) -> np.ndarray | None:
     """The factor per index of dim ``d`` when undoing them is within noise by the sums, else None."""
     al = p.stats.dims.get(d) if d is not None else None
-    if al is None or al.rc is None or p.r.shape[d] < 2 or p.r.size // p.r.shape[d] < MIN_FIT:
+    if al is None or al.rc is None or p.stats.rr == 0 or p.r.shape[d] < 2 or p.r.size // p.r.shape[d] < MIN_FIT:
         return None
     live = al.rr > 0
     if (al.rc[live] == 0).any():

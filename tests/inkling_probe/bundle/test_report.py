@@ -10,7 +10,7 @@ import inkling_probe
 from inkling_probe.cli import group
 
 FILES = {"report.html", "report.md", "summary.json", "divergence_by_layer.png", "heatmap.png",
-         "environment.json", "slice.h5", "repro.sh"}
+         "environment.json", "slice.h5", "repro.sh", "repro.json"}
 CULPRIT = "layers.3.mlp.experts"
 
 
@@ -87,3 +87,21 @@ def test_report_from_a_bisect_layers_work_directory(hunt, tmp_path):
     (wd / "state.json").write_text(json.dumps({"kind": "flags", "answer": {}}))
     res = CliRunner().invoke(group, ["report", str(wd), "-o", str(tmp_path / "out2")])
     assert res.exit_code == 2 and "bisect 'flags'" in res.output
+
+
+def test_the_page_counts_compared_keys_one_way(amax_report):
+    """The page's inputs line and its folded table give one count (issue 22: "111 keys compared" over a
+    fold of "all 123 compared keys", which also held the rows against the control)."""
+    import re
+
+    out = amax_report[0]
+    summary = json.loads((out / "summary.json").read_text())
+    n, m = len(summary["rows"]), len(summary.get("control_rows") or [])
+    assert m > 0  # the hunt has a control: both counts are said
+    said = f"{n} keys compared against the reference, {m} against the control"
+    page = (out / "report.html").read_text()
+    assert page.count(said) == 2 and f"<summary>all {said}</summary>" in page
+    assert not re.search(r"all \d+ compared keys", page)
+    folded = page.split(f"<summary>all {said}</summary>")[1].split("</details>")[0]
+    assert folded.count("<tr") - 1 == n + m  # the fold holds exactly what the count says (one header row)
+    assert said in (out / "report.md").read_text()

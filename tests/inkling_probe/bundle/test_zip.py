@@ -31,7 +31,8 @@ def test_zip_has_relative_paths_and_no_planted_secret(hunt, tmp_path, monkeypatc
     assert res.exit_code == 0, res.output
     with zipfile.ZipFile(str(out) + ".zip") as z:
         names = z.namelist()
-        assert len(names) == 9 and "bug-report/test_repro.py" in names  # with --ckpt, the standalone repro
+        assert len(names) == 12 and "bug-report/test_repro.py" in names  # with --ckpt, the standalone repro
+        assert {"bug-report/test_repro.json", "bug-report/test_repro.safetensors", "bug-report/repro.json"} <= set(names)
         for n in names:
             assert not n.startswith(("/", "\\")) and ":" not in n and ".." not in n.split("/"), n
             assert n.startswith("bug-report/")

@@ -102,7 +102,43 @@ def test_nan_and_inf_counts_first_index_and_mismatch():
     assert m.ref_first_nonfinite == [1, 0] and m.cand_first_nonfinite == [0, 1]
     assert m.nonfinite_mismatch == 2  # the shared NaN at [1, 0] agrees
     assert m.error("rel_rms") == math.inf and m.error("cosine") == math.inf
-    assert m.rel_rms == 0.0  # over the positions finite on both sides
+    # docs/COMPARE.md: a NaN/Inf disagreement makes every error metric inf, the fields included
+    assert m.rel_rms == math.inf and m.max_abs == math.inf and m.max_rel == math.inf
+    assert m.sqnr_db == -math.inf and math.isnan(m.cosine) and m.max_abs_index == [0, 1]
+
+
+def test_a_candidate_nan_never_reads_as_agreement():
+    r = torch.ones(10)
+    c = r.clone()
+    c[2] = float("nan")
+    m = compare_tensors(r, c)
+    assert m.rel_rms == math.inf and not m.cosine == 1.0 and m.max_abs_index == [2] and not m.exact
+    both = compare_tensors(c, c.clone())  # the same NaN on both sides agrees
+    assert both.rel_rms == 0.0 and both.cosine == 1.0 and both.exact
+
+
+def test_nan_row_in_the_table_and_the_json(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from dumps import write
+    from inkling_probe.cli import group
+
+    x = torch.randn(4, 8)
+    bad = x.clone()
+    bad[1, 3] = float("nan")
+    ref, cand = write(tmp_path / "r", [[("layers.0.h", x)]]), write(tmp_path / "c", [[("layers.0.h", bad)]])
+    r = CliRunner().invoke(group, ["compare", ref, cand, "--json"])
+    row = json.loads(r.output)["rows"][0]
+    assert r.exit_code == 1 and row["diverged"]
+    assert row["metrics"]["rel_rms"] is None and row["metrics"]["cosine"] is None  # inf/NaN -> null
+    assert row["metrics"]["nonfinite_mismatch"] == 1 and row["metrics"]["cand_nan"] == 1
+    table = CliRunner().invoke(group, ["compare", ref, cand], env={"COLUMNS": "200"}).output
+    head = next(ln for ln in table.splitlines() if "rel_rms" in ln)
+    line = next(ln for ln in table.splitlines() if "layers.0.h" in ln)
+    cells = dict(zip([c.strip() for c in head.split("┃")], [c.strip() for c in line.split("│")]))
+    assert cells["rel_rms"] == "inf" and cells["max_abs"] == "inf"
 
 
 def test_identical_is_exact_and_shape_mismatch_raises():

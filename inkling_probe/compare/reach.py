@@ -1,0 +1,147 @@
+"""What a changed decision can reach, and so what every other row is allowed for it.
+
+A changed decision (a routing flip, a different decoded token) changes its own token's rows in
+every key after it in its step (they all consume it, directly or through the residual stream);
+those rows are **set aside** there (the decision is judged once, at the decision; their own error
+is still measured, as what the flip carries). Every other row stays judged. What the flipped token's new values can do to them is
+bounded by where they can go and by how large they are:
+
+- **where**: in the decision's step, only to rows at or after the flipped token (causal mixing:
+  attention, short convs), and only in keys after the decision in execution order. Rows before the
+  flipped token, and every key before the decision, get no allowance for it. In later (decode)
+  steps every row is a later position, but it reads the flipped token only through what the cache
+  holds of it: a key that was not after the decision in the flip's own step (attention of the
+  flip's layer and of the layers before it) gets nothing.
+- **how large**: a row mixed from others carries at most a convex share of their errors as they
+  entered the key (attention weights sum to 1; a conv tap is a share). The bound for row ``t`` is
+  ``SPREAD`` x the largest error, at the key's input, of the rows from the flipped token to ``t``
+  (the mixing sources: the flipped row and the rows it already reached). The input is the last key
+  of the same row width recorded in the step, and the last one of that width and the nearest row
+  scale (the same stream: a residual add reads the residual written before; norm outputs follow
+  norm outputs); else the last key of any width, outside the decision's own layer. Inside it, the
+  first tensor of a width after the decision (an expert sum) is position-wise and gets nothing. ``SPREAD`` = 2: a mixed row can carry more than its sources in relative terms (a
+  peaked attention head copies a larger row into a smaller one), measured up to 1.5x on inkling_model
+  tiny bf16 vs fp32 (80 tokens, seed 3). A key's own values never widen its own allowance, and a
+  key that diverged records nothing: its error is not the decision's, and its consequences stay
+  judged. In later steps the bound is the flipped row's error at the same key in its own step.
+
+Rows after a flip are judged against ``hypot(row allowance, reach)``: any one row may have taken
+the whole share (a peaked head). The tensor is judged against ``hypot(tensor allowance, rms over
+rows of SPREAD x max(the row's own carried error, the cummax / sqrt(rows since the flip)))``
+(rel_rms^2 is the mean of the rows' e_i^2): the flipped row's error shared out over the rows after
+it, as attention that is not peaked on it shares it (uniform attention gives row t a 1/(t - f + 1)
+share, under the bound). A sink-like head that copies the flipped row into every later row
+exceeds it: measured, not proven (docs/COMPARE.md, failure modes).
+``carry_score`` (the score without the reach) keeps an upstream fault's taint alive through keys
+whose widened allowance hides it (compare/divergence.py's DECAY test).
+
+Failure modes (docs/COMPARE.md section 4): a fault on the rows after a flip no larger than twice
+what the flip carried there is not seen there (it is seen where it grows, or with
+``run --force-routing``); the keys of the flip's own layer after the expert sum (the layer's output,
+its conv, its residual) allow the flipped row's whole routed difference to the rows after it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+SPREAD = 2.0  # a mixed row carries at most a convex share of the flipped row's error (module docstring)
+
+
+@dataclass
+class Flip:
+    """One changed decision: its token row, where it happened, the errors its row was measured at."""
+
+    token: int
+    step: int
+    layer: int | None  # the decision's layer; None: the whole step (a different decoded token)
+    n_rows: int
+    kind: str = "routing"  # routing | token
+    at_key: dict = field(default_factory=dict)  # (key, call) -> its error there (for later steps)
+
+    def consumer(self, step: int, layer) -> bool:
+        """A key of the decision's own step and layer (after it)."""
+        return step == self.step and (self.layer is None or layer == self.layer)
+
+
+class Reach:
+    """The changed decisions of one compared side, in execution order."""
+
+    def __init__(self) -> None:
+        self.flips: list[Flip] = []
+        self.inputs: dict = {}  # (step, row width) -> [n] every row's error at the last key of that width
+        self.last: dict = {}  # step -> [n] every row's error at the last key recorded (any width)
+        self.own = np.zeros(0)  # [n] the last allowance's share spread over rows: the tensor's (docstring)
+
+    def add(self, step: int, layer, n_rows: int, tokens, kind: str = "routing") -> None:
+        known = {(f.step, f.token) for f in self.flips if f.layer == layer or f.kind == "token"}
+        for t in tokens:
+            if (step, int(t)) not in known:
+                self.flips.append(Flip(int(t), step, layer, n_rows, kind))
+
+    def aside(self, step: int, layer, n: int) -> list[int]:
+        """Token rows set aside at a key of ``step``/``layer`` with ``n`` token rows."""
+        return sorted({f.token for f in self.flips if f.step == step and f.n_rows == n and f.token < n})
+
+    def allowance(self, key: str, call: int, step: int, layer, n: int, width: int,
+                  scale: float = 0.0) -> np.ndarray | None:
+        """``[n]`` the reach bound per token row (0 where no flip reaches), None when none does;
+        ``scale``: the key's average row norm (the reference's rms x sqrt(width))."""
+        out, own = np.zeros(n), np.zeros(n)
+        for f in self.flips:
+            if f.step == step:
+                if f.n_rows != n or f.token >= n:
+                    continue
+                seen = self._carried(step, width, scale, n)
+                if seen is None and not f.consumer(step, layer):
+                    seen = self.last.get(step)  # a new width in a later layer: carried from the last key
+                if seen is None or len(seen) != n:
+                    continue  # the first tensor of its width after the decision, in its layer: position-wise
+                carried = np.maximum.accumulate(seen[f.token:])  # the mixing sources up to each row
+                out[f.token:] = np.maximum(out[f.token:], SPREAD * carried)
+                spread = carried / np.sqrt(np.arange(1, n - f.token + 1))  # the share spread over later rows
+                own[f.token:] = np.maximum(own[f.token:], SPREAD * np.maximum(seen[f.token:], spread))
+            elif f.step < step and (key, call) in f.at_key:
+                out[:] = np.maximum(out, SPREAD * f.at_key[(key, call)])
+                own[:] = np.maximum(own, SPREAD * f.at_key[(key, call)])
+        for t in self.aside(step, layer, n):
+            out[t] = own[t] = 0.0
+        self.own = own
+        return out if out.any() else None
+
+    def _carried(self, step: int, width: int, scale: float, n: int) -> np.ndarray | None:
+        """``[n]`` the rows' error on the last key of this width, and on the last one of this width
+        and the nearest row scale (the same stream: a residual add reads the residual written before)."""
+        seen = self.inputs.get((step, width))
+        if not seen:
+            return None
+        last, by_scale = seen
+        b = _bucket(scale)
+        near = by_scale[min(by_scale, key=lambda k: abs(k - b))]
+        return np.maximum(last, near) if len(last) == n and len(near) == n else None
+
+    def observe(self, key: str, call: int, step: int, n: int | None, width: int, row_errors, masked,
+                masked_errors, diverged: bool = False, scale: float = 0.0) -> None:
+        """Record every row's own error at this key (after its allowance was taken), the set-aside
+        rows' included. A diverged key records nothing: its error is not the decision's, and what it
+        carries must stay judged downstream (else a fault would widen its consequences' allowance)."""
+        if n is None or diverged or not any(f.step == step for f in self.flips):
+            return
+        e = np.zeros(n) if row_errors is None or len(row_errors) != n else np.array(row_errors, np.float64)
+        for t, v in zip(masked or [], masked_errors if masked_errors is not None else []):
+            if t < n:
+                e[t] = v
+        e = np.where(np.isfinite(e), e, 0.0)
+        _, by_scale = self.inputs.get((step, width), (None, {}))
+        by_scale[_bucket(scale)] = e
+        self.inputs[(step, width)] = (e, by_scale)
+        self.last[step] = e
+        for f in self.flips:
+            if f.step == step and f.n_rows == n and f.token < n:
+                f.at_key[(key, call)] = float(e[f.token])
+
+
+def _bucket(scale: float) -> int:
+    """Row scales within a factor of 2 are one stream."""
+    return int(round(np.log2(scale))) if scale > 0 else -1000

@@ -1,0 +1,135 @@
+"""Independent errors without recorded inputs: a key that is its own culprit by what it shows.
+
+Without recorded inputs (``KEY.in.*``) a row's feeders are guessed from execution order
+(divergence.py), so an engine instrumented by hand with ``probe()`` chains unrelated keys: after a
+first fault every later key of the layer has a tainted feeder, and a second, unrelated fault reads
+as its consequence unless its error is 8x larger. What an inherited error cannot do is hold an
+*exact* relation to the reference that its source does not hold. A diverged row left unborn by
+attribution is its own culprit (``born = "own_relation"``) when one of these holds at the row itself
+(explain's test, the row's allowance as the noise: undoing it leaves the noise only) and none of its
+tainted guessed feeders (score >= DECAY) shows it:
+
+- **constant ratio** ``c = s r``: a feeder shows one when its own candidate is as parallel to its
+  reference (``1 - cos <= 2 noise^2``): a linear op passes a scale on, nothing else makes one;
+- **layout permutation**: a feeder of the same shape whose rms is preserved as a permutation's is
+  (``|rms_c - rms_r| <= 2 noise rms_r``): an element-wise op passes a permutation on;
+- **token rows confined** (rows R diverged, the rest within noise): a feeder whose rows before R are
+  within its noise and which has error at or before the last of R (causal: an error on token t
+  reaches tokens >= t only). A feeder off on the rows where the row is exact did not reach it;
+- **channels or heads confined**: a feeder whose own error is concentrated (``outside <= 1/2``).
+
+A feeder's error that spreads over every row (a 448x scale) cannot leave rows 5 and 9 alone off
+downstream; one that is not a permutation cannot make a permutation. Where a feeder *might* show the
+relation (no token rows recorded, shapes that don't match) it is taken to show it: the rule only ever
+adds a culprit where the evidence excludes inheritance. Rows with rows set aside after a routing change
+are not judged on their rows (set-aside rows read exact by construction). Cost: rows are screened from
+their metrics (cosine, rms, ``outside``, token errors) and at most MAX_EXAMINED are explained.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from inkling_probe.compare.divergence import DECAY, feeders_of
+from inkling_probe.compare.report import Report, Row, join_notes
+
+MAX_EXAMINED = 32  # diverged rows explained per compare, in execution order
+MIN_VALUES = 16  # a constant ratio over fewer values says little (one value always has one)
+MARGIN = 4.0  # a token row is off past MARGIN x its key's allowance (explain's confined uses the same)
+CONCENTRATED = 0.5  # an error on at most this fraction of the elements is concentrated
+OWN = "own_relation"
+
+
+def mark(report: Report, dumps: dict, ents: dict, walker) -> list[Row]:
+    """Mark the rows that are their own culprits (module docstring); returns them."""
+    if report.metric != "rel_rms":
+        return []
+    from inkling_probe.compare.diagnose import explain_row
+
+    tp = tuple(sorted({d.world_size for d in dumps.values() if d is not None}))
+    marked, examined = [], 0
+    for row, feeders in feeders_of(report.rows):  # every guessed feeder, not only the 8 the row lists
+        if not _candidate(row) or not _screened(row):
+            continue
+        tainted = [f for f in feeders if f.status != "skipped" and f.score >= DECAY]
+        if not tainted:
+            continue
+        examined += 1
+        if examined > MAX_EXAMINED:
+            break
+        masked = bool(walker.masks.get((row.key, row.step, row.call)))
+        for f in explain_row(row, dumps, ents, walker, tp):
+            if _holds(f, masked) and not any(shows(t, f, row) for t in tainted):
+                row.born = OWN
+                row.note = join_notes(row.note, f"its own error: {f.summary}; its guessed inputs "
+                                      f"({', '.join(t.key for t in tainted[-3:])}) do not show it")
+                marked.append(row)
+                break
+    return marked
+
+
+def _candidate(row: Row) -> bool:
+    """Diverged, unborn, compared with the reference, a value (not a decision), feeders guessed."""
+    return (row.status == "diverged" and not row.born and row.against == "reference" and not row.decision
+            and not any(".in." in f for f in row.feeders))
+
+
+def _screened(row: Row) -> bool:
+    """Could a relation hold? Decided from the row's metrics, without reading data."""
+    m, noise = row.metrics, row.threshold
+    if m is None or m.nonfinite_mismatch or not noise > 0:
+        return False
+    return (_parallel(row) or _rms_kept(row) or m.outside <= CONCENTRATED
+            or _rows_off(row.token_errors, noise) is not None)
+
+
+def _parallel(row: Row) -> bool:
+    m = row.metrics
+    return (m is not None and not m.nonfinite_mismatch and m.numel >= MIN_VALUES
+            and 1.0 - m.cosine <= 2 * row.threshold ** 2)
+
+
+def _rms_kept(row: Row) -> bool:
+    m = row.metrics
+    return (m is not None and not m.nonfinite_mismatch and m.ref_rms > 0
+            and abs(m.cand_rms - m.ref_rms) <= 2 * row.threshold * m.ref_rms)
+
+
+def _rows_off(errors, allowance: float) -> list[int] | None:
+    """Token rows off past MARGIN x the allowance when at most half are, else None."""
+    if not errors or len(errors) < 4:
+        return None
+    e = np.asarray(errors)
+    bad = np.flatnonzero(e > MARGIN * allowance)
+    return bad.tolist() if 0 < len(bad) <= len(e) // 2 else None
+
+
+def _holds(f, masked: bool) -> bool:
+    """A finding that is an exact relation at the row (token-row confinement needs unmasked rows)."""
+    if f.name in ("constant_ratio", "layout_permutation"):
+        return True
+    if f.name != "confined" or f.evidence.get("what") == "experts":
+        return False
+    return not (masked and f.evidence.get("what") == "token rows")
+
+
+def shows(feeder: Row, finding, row: Row) -> bool:
+    """Could ``feeder``'s error have made ``row`` hold ``finding``? True when it might."""
+    m = feeder.metrics
+    if m is None or m.nonfinite_mismatch:
+        return finding.name == "confined"  # a decision or a non-finite feeder can pick rows, not scale
+    if finding.name == "constant_ratio":
+        return _parallel(feeder)
+    if finding.name == "layout_permutation":
+        return tuple(feeder.shape) == tuple(row.shape) and _rms_kept(feeder)
+    if finding.evidence.get("what") != "token rows":
+        return m.outside <= CONCENTRATED
+    return _reaches_rows(feeder, finding.evidence["indices"], len(row.token_errors or []))
+
+
+def _reaches_rows(feeder: Row, rows: list[int], n: int) -> bool:
+    e = feeder.token_errors
+    if not e or len(e) != n or not rows:
+        return True  # no comparable token rows: it might
+    e = np.asarray(e)
+    off = e > MARGIN * feeder.threshold
+    return not off[: min(rows)].any() and bool(off[: max(rows) + 1].any())

@@ -1,0 +1,67 @@
+"""Decode steps: what a step reads from the steps before it, and the token each step decoded.
+
+- **Cache feeders.** A decode step's attention and short convs read what earlier steps wrote into
+  the KV cache and conv state of the same layer. Each row of layer ``i`` at a step gets, as extra
+  feeders, the rows of layer ``i`` at the first recorded step (the prefill) and at the step just
+  before: an error carried by the cache is then inherited (its row is tainted through them), not
+  born again at every decode step. One fault, one culprit, however many steps are recorded.
+- **Decoded tokens.** The token a step feeds forward is a decision: ``argmax`` of the logits'
+  rows that decode from (the last row when the next step runs one token; every row when the next
+  step runs as many). A different decoded token is classified like a routing flip, against the
+  logits' own change (near-tie: the reference's margin between the two tokens is within the
+  logits' movement; clear otherwise). The next step's rows are that token's own rows: set aside at
+  every key of that step; the steps after it are judged with the reach allowance (reach.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from inkling_probe.compare import decisions as dec
+from inkling_probe.settings import matches_any
+
+LOGITS = ("logits", "lm_head", "*.lm_head", "*.logits")  # keys whose rows decode the next tokens
+OTHER_TOKEN = 0.5  # the next step's first key differs on a row by this much (relative): another token
+
+
+def link_cache(rows) -> None:
+    """Fill ``row.cache_feeders`` (module docstring) for rows of layered keys in later steps."""
+    by_step: dict[int, dict[int, list]] = {}
+    steps: list[int] = []
+    for r in rows:
+        if r.layer is None:
+            continue
+        if r.step not in by_step and r.step not in steps:
+            steps.append(r.step)
+        earlier = [s for s in steps if s < r.step]
+        if earlier:
+            picked = {earlier[0], earlier[-1]}
+            r.cache_feeders = [x for s in sorted(picked) for x in by_step.get(s, {}).get(r.layer, [])]
+        by_step.setdefault(r.step, {}).setdefault(r.layer, []).append((r.key, r.step, r.call))
+
+
+def is_logits(key: str) -> bool:
+    return matches_any(key, LOGITS)
+
+
+def decoded_rows(n_rows: int, n_next: int) -> list[int] | None:
+    """The logits rows that decode the next step's ``n_next`` tokens (None: not known)."""
+    if n_next == 1:
+        return [n_rows - 1]
+    if n_next == n_rows:
+        return list(range(n_rows))
+    return None
+
+
+def decoded_change(ref: np.ndarray, other: np.ndarray, n_next: int) -> dec.Decision | None:
+    """The decision between two ``[n, V]`` logits about the next step's tokens (rows re-numbered as
+    the next step's token rows); None when which rows decode is not known."""
+    if ref.ndim != 2 or ref.shape != other.shape:
+        return None
+    rows = decoded_rows(ref.shape[0], n_next)
+    if rows is None:
+        return None
+    r, c = ref[rows], other[rows]  # [n_next, V]
+    ok = np.isfinite(r).all(axis=1) & np.isfinite(c).all(axis=1)
+    r_ids = np.where(ok, np.argmax(np.nan_to_num(r, nan=-np.inf), axis=1), -1)[:, None]
+    c_ids = np.where(ok, np.argmax(np.nan_to_num(c, nan=-np.inf), axis=1), -2)[:, None]
+    return dec.classify(r_ids, c_ids, r, c, selection=True)
