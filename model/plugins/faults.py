@@ -91,6 +91,12 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
           "sums of other requests' rows added. No effect without attention-DP. Born at the first "
           "dense layer's MLP output (layers.0.mlp.out for tiny).",
           lambda c: f"layers.{_first_dense_layer(c)}.mlp.out"),
+    Fault("no_config_eos", "model/generate.py (resolve_eos)",
+          "End-of-sequence resolution skips config.json (as in the bring-up, where the end id lived only "
+          "there): with no explicit, tokenizer or generation_config.json id, generation runs to "
+          "max_new_tokens, emitting the end id without stopping. No tensor differs; the location is the "
+          "generation's finish (found by `inkling-probe health`: eos emitted but not honoured, runaway).",
+          lambda c: "generate.resolve_eos"),
     Fault("renorm_fused_rows", "model/multimodal/fusion.py (fusion)",
           "After the tower rows are scattered into the normed text embeddings, the image rows are "
           "RMS-normalised again (each row scaled to unit rms, no weight): the bring-up's \"image not "
@@ -106,12 +112,6 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
           "b * mel_vocab_size + l): every mel bin reads codebook 0. Needs audio. Born at the summed "
           "codebook embeddings (audio.embed).",
           lambda c: "audio.embed"),
-    Fault("no_config_eos", "model/generate.py (resolve_eos)",
-          "End-of-sequence resolution skips config.json (as in the bring-up, where the end id lived only "
-          "there): with no explicit, tokenizer or generation_config.json id, generation runs to "
-          "max_new_tokens, emitting the end id without stopping. No tensor differs; the location is the "
-          "generation's finish (found by `inkling-probe health`: eos emitted but not honoured, runaway).",
-          lambda c: "generate.resolve_eos"),
 )}
 
 _context: list[frozenset[str]] = []
