@@ -97,6 +97,13 @@ def test_tp_fp32(ckpt, kind, world):
     res = compare(_hf_dump(ckpt, kind), dump, mm_keys(ckpt["cfg"], ckpt["mm"], kind))
     _report(f"TP={world} fp32 {kind}", res)
     assert max(res.values()) <= FP32_TOL, {k: v for k, v in res.items() if v > FP32_TOL}
+    from inkling_probe.compare import compare as toolkit_compare
+
+    tp1 = ckpt["dir"] / f"tp1-{kind}"
+    if not tp1.exists():
+        run_mm_rank(0, 1, ckpt["ckpt"], ids.tolist(), media, str(tp1))
+    benign = toolkit_compare(str(tp1), dump)  # the benign pair TP=1 vs TP=N: within tolerance
+    assert not benign.diverged, benign.culprit
 
 
 def test_towers_stay_replicated_in_model_dtype(ckpt):
