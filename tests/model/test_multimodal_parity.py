@@ -111,3 +111,27 @@ def test_towers_stay_replicated_in_model_dtype(ckpt):
 
     model = build(ckpt["ckpt"], "bf16")
     assert {p.dtype for n, p in model.named_parameters() if n.startswith(("visual.", "audio."))} == {torch.bfloat16}
+
+
+def test_nvfp4_checkpoint_keeps_bf16_towers_and_loads_both_sides(tmp_path):
+    """make-checkpoint --quant nvfp4 --multimodal: the same bf16 towers as the bf16 twin (same seed),
+    loadable by inkling_model and transformers; the image rows fused equal."""
+    from safetensors import safe_open
+
+    from inkling_model.checkpoint.shards import iter_tensors
+
+    cfg = InklingConfig.preset("tiny", quant_method="nvfp4")
+    mm = MultimodalConfig.preset("tiny", cfg)
+    q = write_multimodal_checkpoint(cfg, mm, tmp_path / "q", seed=0, quant="nvfp4")
+    b = write_multimodal_checkpoint(InklingConfig.preset("tiny"), mm, tmp_path / "b", seed=0)
+    towers = lambda d: {n: t for _, n, t in iter_tensors(d) if n.startswith(("model.visual.", "model.audio."))}  # noqa: E731
+    tq, tb = towers(q), towers(b)
+    assert tq.keys() == tb.keys() and all(tq[n].dtype == torch.bfloat16 and torch.equal(tq[n], tb[n]) for n in tq)
+    ids, media = prompt(mm, "image")
+    dump = str(tmp_path / "nv")
+    run_mm_rank(0, 1, str(q), ids.tolist(), media, dump)
+    hf = load_hf_mm_model(str(q))
+    with torch.no_grad():
+        ref = hf.model.vision_tower(media.pixel_values).pooler_output
+    got = inkling_probe.open(dump).tensor("vision.out")
+    assert torch.equal(got, ref.reshape(got.shape))
