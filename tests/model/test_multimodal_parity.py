@@ -116,8 +116,6 @@ def test_towers_stay_replicated_in_model_dtype(ckpt):
 def test_nvfp4_checkpoint_keeps_bf16_towers_and_loads_both_sides(tmp_path):
     """make-checkpoint --quant nvfp4 --multimodal: the same bf16 towers as the bf16 twin (same seed),
     loadable by inkling_model and transformers; the image rows fused equal."""
-    from safetensors import safe_open
-
     from inkling_model.checkpoint.shards import iter_tensors
 
     cfg = InklingConfig.preset("tiny", quant_method="nvfp4")
