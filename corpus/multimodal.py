@@ -59,14 +59,15 @@ def _inputs(root: str):
 
 def _record(run: Run, dump: str, ck: str, ids, media) -> None:
     import inkling_probe
-    from inkling_model.multimodal.hf_reference import hf_inputs, load_hf_mm_model
+    from inkling_model.multimodal.config import MultimodalConfig
+    from inkling_model.multimodal.hf_reference import hf_inputs, load_hf_mm_model, step
     from inkling_model.parallel import spawn
     from inkling_model.plugins import faults
 
     if run.setting("impl") == "hf":
         model = load_hf_mm_model(ck, DTYPES[run.dtype])
         with torch.no_grad(), inkling_probe.record(model, dump, name_map="hf_inkling", writer="inline"):
-            inkling_probe.step()
+            step(MultimodalConfig.from_pretrained(ck), torch.tensor(ids), media)
             model(**hf_inputs(torch.tensor(ids), media))
         return
     from inkling_model.multimodal.run import mm_native_rank

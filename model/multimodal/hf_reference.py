@@ -81,6 +81,18 @@ def load_hf_mm_model(ckpt_dir, dtype: torch.dtype = torch.float32):
     return hf_mm_model_from_tensors(config, mm, read_tensors(ckpt_dir), dtype=dtype)
 
 
+def step(mm: MultimodalConfig, input_ids: torch.Tensor, media: MediaInputs | None) -> list:
+    """``inkling_probe.step()`` for a transformers forward, declaring the modality layout (meta
+    ``media`` on every tensor of the step, the fused stream's included) as inkling_model's dumps do."""
+    import inkling_probe
+
+    from .processor import media_layout
+
+    layout = media_layout(input_ids.view(-1), mm, media) if media is not None and not media.empty else []
+    inkling_probe.step(forward="eager", media=layout)
+    return layout
+
+
 def hf_inputs(input_ids: torch.Tensor, media: MediaInputs | None) -> dict:
     """Keyword arguments of transformers' forward for ``input_ids [T]`` and ``media``."""
     out = {"input_ids": input_ids.view(1, -1)}

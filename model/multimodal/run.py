@@ -82,17 +82,19 @@ def mm_hf_run(ckpt: str, dtype: str, ids: list[int], max_new: int, eos, dump: st
     from inkling_model.checkpoint.shards import CheckpointError
     from inkling_model.generate import _pick
 
-    from .hf_reference import hf_inputs, load_hf_mm_model
+    from .checkpoint import read_multimodal_config
+    from .hf_reference import hf_inputs, load_hf_mm_model, step
 
     try:
         model = load_hf_mm_model(ckpt, _dtype(dtype))
+        _, mm = read_multimodal_config(ckpt)
     except CheckpointError as e:
         return {"error": str(e)}
     g = torch.Generator().manual_seed(gen["seed"]) if gen["temperature"] else None
     tokens, reason, cache, kwargs = [], "length", None, hf_inputs(torch.tensor(ids), media)
     with inkling_probe.record(model, dump, name_map="hf_inkling"), torch.no_grad():
         for _ in range(max(max_new, 1)):
-            inkling_probe.step(forward="eager")
+            step(mm, kwargs["input_ids"], media if "pixel_values" in kwargs or "audio_input_ids" in kwargs else None)
             out = model(**kwargs, cache=cache, use_cache=True)
             if max_new == 0:
                 return {"tokens": [], "finish_reason": "prefill only"}

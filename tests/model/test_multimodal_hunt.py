@@ -9,7 +9,7 @@ import inkling_probe
 from inkling_model.config import InklingConfig
 from inkling_model.multimodal.checkpoint import write_multimodal_checkpoint
 from inkling_model.multimodal.config import MultimodalConfig
-from inkling_model.multimodal.hf_reference import hf_inputs, load_hf_mm_model
+from inkling_model.multimodal.hf_reference import hf_inputs, load_hf_mm_model, step
 from inkling_model.multimodal.processor import MediaError, expand_placeholders
 from inkling_model.plugins import faults
 from inkling_probe.compare import compare, modality
@@ -30,7 +30,7 @@ def hunt(tmp_path_factory):
     for dtype in ("fp32", "bf16"):
         hf = load_hf_mm_model(ckpt, dtype={"fp32": torch.float32, "bf16": torch.bfloat16}[dtype])
         with torch.no_grad(), inkling_probe.record(hf, d / f"hf-{dtype}", name_map="hf_inkling"):
-            inkling_probe.step()
+            step(mm, ids, media)
             hf(**hf_inputs(ids, media))
         dumps[f"hf-{dtype}"] = str(d / f"hf-{dtype}")
         run_mm_rank(0, 1, ckpt, ids.tolist(), media, str(d / f"ours-{dtype}"), dtype)
@@ -119,6 +119,12 @@ def test_image_at_another_position_aligns_by_modality_rows(hunt):
     assert modality.layout(ra)[0] != modality.layout(rb)[0]
     rep = compare(modality.view(ra, "image"), modality.view(rb, "image"), include=["vision.*", "fused", "embed"])
     assert not rep.diverged and {r.key for r in rep.rows} >= {"vision.out", "fused"}
+
+
+def test_reference_dump_records_the_layout_too(hunt):
+    """Every dump records which rows are text, image or audio: transformers' too (step meta)."""
+    ref, ours = inkling_probe.open(hunt["dumps"]["hf-fp32"]), inkling_probe.open(hunt["dumps"]["ours-fp32"])
+    assert modality.layout(ref) is not None and modality.layout(ref)[0] == modality.layout(ours)[0]
 
 
 def test_placeholder_id_mismatch_is_one_clear_error(hunt):
