@@ -45,6 +45,11 @@ def test_native_and_hf_generate_alike_and_compare_names_modality(files):
     assert "image 0's rows [3..14]" in res.output and "re-normalised: each row scaled to unit rms" in res.output
     ok = CliRunner().invoke(compare, [str(d / "hf"), str(d / "native"), "--step", "0", "--rows", "image"])
     assert ok.exit_code == 0 and "judged: image rows only" in ok.output, ok.output
+    import json
+
+    doc = json.loads(CliRunner().invoke(compare, [str(d / "hf"), str(d / "renorm"), "--step", "0", "--json"]).output)
+    assert doc["modality"]["media"] == media and doc["modality"]["judged_rows"] == "all"
+    assert any("born at the fusion" in ln for ln in doc["modality"]["lines"])
 
 
 @pytest.mark.parametrize("args,msg", [
