@@ -5,9 +5,11 @@ weight) applied a second time to rows that were already normalised with one, suc
 re-normalised after being scattered into the text stream. Holds when every changed row of the
 candidate has rms 1 within the noise, the reference's rows do not, and undoing it (``r_t / rms(r_t)``
 in place of ``r_t``) leaves a residual at the noise level. Evidence: the rows, both sides' row rms.
-Cost: one float64 pass over the pair (row sums), the pair's own size.
+Cost: nothing beyond the one-pass per-row sums (``rr``, ``rc``, ``cc``) every hypothesis shares.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -21,22 +23,25 @@ MIN_WIDTH = 8  # rows narrower than this have no meaningful rms
 def renormalised_rows(p: Pair) -> Finding | None:
     """The hypothesis (module docstring), or None."""
     d = p.row_dim
-    if d is None or p.r.ndim < 2 or p.r.size // max(p.r.shape[d], 1) < MIN_WIDTH:
+    al = p.stats.dims.get(d) if d is not None else None
+    if al is None or al.rc is None or p.r.ndim < 2:
         return None
-    r = np.moveaxis(np.asarray(p.r, dtype=np.float64), d, 0).reshape(p.r.shape[d], -1)  # [n, w]
-    c = np.moveaxis(np.asarray(p.c, dtype=np.float64), d, 0).reshape(p.c.shape[d], -1)
-    if not (np.isfinite(r).all() and np.isfinite(c).all()):
+    width = p.r.size // max(p.r.shape[d], 1)
+    if width < MIN_WIDTH:
         return None
-    r_rms = np.sqrt((r * r).mean(1))  # [n]
-    c_rms = np.sqrt((c * c).mean(1))
-    err = np.linalg.norm(c - r, axis=1) / np.maximum(np.linalg.norm(r, axis=1), 1e-30)
+    rr, rc, cc = (np.asarray(x, dtype=np.float64) for x in (al.rr, al.rc, al.cc))  # [n] per-row sums
+    if not (np.isfinite(rr).all() and np.isfinite(cc).all()):
+        return None
+    r_rms, c_rms = np.sqrt(rr / width), np.sqrt(cc / width)
+    err = np.sqrt(np.maximum(rr + cc - 2 * rc, 0.0) / np.maximum(rr, 1e-300))  # [n] each row's own error
     tol = max(MARGIN * p.noise, 1e-6)
     rows = np.flatnonzero(err > tol)
     if rows.size == 0 or (np.abs(c_rms[rows] - 1.0) > tol).any() or (np.abs(r_rms[rows] - 1.0) <= tol).any():
         return None
-    undone = r.copy()
-    undone[rows] /= r_rms[rows, None]
-    residual = float(np.linalg.norm(c - undone) / max(np.linalg.norm(c), 1e-30))
+    s = np.ones_like(rr)  # the undoing: r_t / s_t, s_t = rms(r_t) on the changed rows
+    s[rows] = r_rms[rows]
+    res = np.maximum(cc - 2 * rc / s + rr / (s * s), 0.0)  # ||c_t - r_t / s_t||^2 from the sums
+    residual = math.sqrt(float(res.sum()) / max(float(cc.sum()), 1e-300))
     if residual > p.noise:
         return None
     ev = {"dim": d, "rows": rows.tolist(), "cand_row_rms": [float(x) for x in c_rms[rows[:64]]],
@@ -45,7 +50,4 @@ def renormalised_rows(p: Pair) -> Finding | None:
                    f"rows {short_list(rows.tolist())} re-normalised: each row scaled to unit rms "
                    f"(candidate row rms {fmt_num(float(c_rms[rows].min()))}..{fmt_num(float(c_rms[rows].max()))}, "
                    f"reference {fmt_num(float(r_rms[rows].min()))}..{fmt_num(float(r_rms[rows].max()))}; "
-                   f"{rows.size} of {r.shape[0]} rows)", ev, kind="ratio")
-
-
-__all__ = ["renormalised_rows"]
+                   f"{rows.size} of {len(rr)} rows)", ev, kind="ratio")
