@@ -85,3 +85,44 @@ def test_bad_media_files_are_one_line(tmp_path):
     write_wav(tmp_path / "r.wav", synthetic_wave().numpy(), rate=8000)
     with pytest.raises(MediaError, match="8000 Hz"):
         read_wav(tmp_path / "r.wav")
+
+
+@pytest.mark.parametrize("mode", ["RGB", "RGBA", "L"])
+def test_stdlib_png_reader_equals_pillow_on_every_filter(tmp_path, mode):
+    Image = pytest.importorskip("PIL.Image")
+    g = np.random.default_rng(1)
+    ch = {"RGB": 3, "RGBA": 4, "L": 1}[mode]
+    px = g.integers(0, 256, (9, 17, ch), dtype=np.uint8)
+    px[:, :8] = px[:, :1]  # smooth runs make Pillow's adaptive filter pick sub/up/average/paeth rows
+    im = Image.fromarray(px[..., 0] if ch == 1 else px, mode)
+    im.save(tmp_path / "f.png", optimize=True)
+    want = np.asarray(im.convert("RGB"))
+    assert np.array_equal(read_png(tmp_path / "f.png"), want)
+
+
+def _filtered_png(path, px: np.ndarray, filters) -> None:
+    """An RGB PNG whose row y uses PNG filter ``filters[y % len(filters)]`` (encoded here, by the spec)."""
+    import struct
+    import zlib
+
+    h, w, _ = px.shape
+    rows, prev = [], np.zeros(w * 3, dtype=np.int64)
+    for y in range(h):
+        cur, f = px[y].reshape(-1).astype(np.int64), filters[y % len(filters)]
+        a = np.concatenate([np.zeros(3, np.int64), cur[:-3]])
+        c = np.concatenate([np.zeros(3, np.int64), prev[:-3]])
+        p = a + prev - c
+        paeth = np.where((np.abs(p - a) <= np.abs(p - prev)) & (np.abs(p - a) <= np.abs(p - c)), a,
+                         np.where(np.abs(p - prev) <= np.abs(p - c), prev, c))
+        pred = {0: 0, 1: a, 2: prev, 3: (a + prev) // 2, 4: paeth}[f]
+        rows.append(bytes([f]) + ((cur - pred) & 0xFF).astype(np.uint8).tobytes())
+        prev = cur
+    chunk = lambda k, b: struct.pack(">I", len(b)) + k + b + struct.pack(">I", zlib.crc32(k + b))  # noqa: E731
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+                     + chunk(b"IDAT", zlib.compress(b"".join(rows))) + chunk(b"IEND", b""))
+
+
+def test_png_reader_undoes_all_five_filters(tmp_path):
+    px = synthetic_image(10, 7, seed=5)
+    _filtered_png(tmp_path / "f.png", px, [0, 1, 2, 3, 4])
+    assert np.array_equal(read_png(tmp_path / "f.png"), px)
