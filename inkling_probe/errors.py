@@ -26,3 +26,7 @@ class ValuesNotStored(DumpError):
 
 class RanksMissing(DumpError):
     """A sharded tensor lacks some ranks' shards, so its global value can't be reassembled."""
+
+
+class NothingRecorded(DumpError):
+    """A recording ended without one tensor recorded: every probe call was filtered out (or none came)."""

@@ -6,6 +6,10 @@ canonical probe names, so two implementations' dumps share keys.
     match = 'model\\.layers\\.(\\d+)\\.self_attn((?:\\.in\\..*)?)'
     to = 'layers.\\1.attn.out\\2'   # re.expand template; "" drops the key
 
+Patterns run under RE2 (linear time in the key's length, whatever the pattern; no look-arounds or
+back-references; see :mod:`inkling_probe.regex_safety`). Values are type-checked: ``drop_unmatched``
+must be a TOML boolean (``"false"``, a string, is refused rather than read as true).
+
 Shipped maps live in ``inkling_probe/maps/<name>.toml`` and load by name (``NameMap.load("hf_inkling")``).
 Rules may also declare how a foreign dump's tensors combine (``shard``, ``dim``, ``token_dim``,
 ``split``, ``shift``, and a ``[foreign]`` table): read when such a dump is opened, docs/INTEROP.md.
@@ -19,15 +23,20 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 from inkling_probe.errors import SettingsError
-from inkling_probe.regex_safety import MAX_KEY_CHARS, compile_bounded
+from inkling_probe.store.inputs import BadInputFile, read_bytes
+from inkling_probe.regex_safety import MAX_KEY_CHARS, compile_bounded, compile_template, expand
 
 _MAX_MAP_BYTES = 1 << 20
+
+# how a foreign dump's tensors combine, read by store/foreign/layout.py (docs/INTEROP.md)
+FOREIGN_RULE_KEYS = frozenset({"shard", "dim", "token_dim", "split", "shift"})
 
 
 @dataclass(frozen=True)
 class Rule:
-    pattern: re.Pattern
+    pattern: object  # compiled by RE2 (regex_safety.compile_bounded): linear-time, re-like fullmatch
     to: str
+    parts: tuple = ()  # ``to`` parsed against the pattern's groups (regex_safety.compile_template)
     extra: dict = field(default_factory=dict)  # layout keys foreign dumps read (store/foreign/layout.py)
 
 
@@ -48,16 +57,11 @@ class NameMap:
         if isinstance(spec, NameMap):
             return spec
         path = os.fspath(spec)
-        if os.path.exists(path):
-            if not os.path.isfile(path):
-                raise SettingsError(f"{path}: not a regular file (a name map is a TOML file)")
-            try:
-                with open(path, "rb") as fh:
-                    text = fh.read(_MAX_MAP_BYTES + 1).decode("utf-8", errors="replace")
-            except OSError as e:
-                raise SettingsError(f"{path}: can't read the name map ({e.strerror})") from None
-            if len(text) > _MAX_MAP_BYTES:
-                raise SettingsError(f"{path}: larger than {_MAX_MAP_BYTES >> 20} MiB; not a name map")
+        if os.path.lexists(path):
+            try:  # regular files only (a FIFO would hang the read), at most 1 MiB
+                text = read_bytes(path, "name map", _MAX_MAP_BYTES).decode("utf-8", errors="replace")
+            except BadInputFile as e:
+                raise SettingsError(str(e)) from None
             return cls.from_toml(text, source=path)
         shipped = resources.files("inkling_probe.maps") / f"{path}.toml"
         if shipped.is_file():
@@ -70,24 +74,19 @@ class NameMap:
             doc = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
             raise SettingsError(f"{source}: not valid TOML ({e})") from None
-        rules = []
-        for i, item in enumerate(doc.get("rule", [])):
-            if not isinstance(item, dict) or "match" not in item or "to" not in item:
-                raise SettingsError(f"{source}: rule {i + 1} needs 'match' and 'to'")
-            if not isinstance(item["match"], str) or not isinstance(item["to"], str):
-                raise SettingsError(f"{source}: rule {i + 1}: 'match' and 'to' must be strings")
-            try:
-                rules.append(Rule(compile_bounded(item["match"]), item["to"],
-                                  {k: v for k, v in item.items() if k not in ("match", "to")}))
-            except (re.error, ValueError, RecursionError) as e:
-                raise SettingsError(f"{source}: rule {i + 1} match {item['match']!r}: {e}") from None
         unknown = set(doc) - {"rule", "drop_unmatched", "description", "decisions", "foreign"}
         if unknown:
             raise SettingsError(f"{source}: unknown top-level key {sorted(unknown)[0]!r}")
-        nm = cls(rules, bool(doc.get("drop_unmatched", False)), source)
+        drop = doc.get("drop_unmatched", False)
+        if not isinstance(drop, bool):  # "false" (a string) would read as true and drop rows
+            raise SettingsError(f"{source}: 'drop_unmatched' must be true or false (a TOML boolean, "
+                                f"not {drop!r})")
+        if not isinstance(doc.get("description", ""), str):
+            raise SettingsError(f"{source}: 'description' must be a string")
         decisions = doc.get("decisions", [])
         if not isinstance(decisions, list) or not all(isinstance(d, str) for d in decisions):
             raise SettingsError(f"{source}: 'decisions' must be a list of key globs (after the map)")
+        nm = cls(_rules(doc.get("rule", []), source), drop, source)
         nm.decisions = decisions
         nm.foreign = doc.get("foreign", {})  # how foreign dumps read (store/foreign/layout.py)
         return nm
@@ -106,16 +105,38 @@ class NameMap:
                 if "split" in rule.extra:
                     raise SettingsError(f"{self.source}: rule {rule.pattern.pattern!r} splits {key!r} into parts: "
                                         "give this map when the dump is read (docs/INTEROP.md)")
-                try:
-                    out = m.expand(rule.to) or None
-                except (re.error, IndexError) as e:
-                    raise SettingsError(f"{self.source}: rule {rule.pattern.pattern!r} -> {rule.to!r}: {e}") from None
+                out = expand(rule.parts, m) or None
                 break
         self._cache[key] = out
         return out
 
     def __repr__(self):
         return f"NameMap({self.source}, {len(self.rules)} rules)"
+
+
+def _rules(items, source: str) -> list[Rule]:
+    """The ``[[rule]]`` tables, each type-checked and its pattern compiled for linear-time matching."""
+    if not isinstance(items, list):
+        raise SettingsError(f"{source}: 'rule' must be an array of tables ([[rule]])")
+    rules = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or "match" not in item or "to" not in item:
+            raise SettingsError(f"{source}: rule {i + 1} needs 'match' and 'to'")
+        if not isinstance(item["match"], str) or not isinstance(item["to"], str):
+            raise SettingsError(f"{source}: rule {i + 1}: 'match' and 'to' must be strings")
+        extra = set(item) - {"match", "to"} - FOREIGN_RULE_KEYS
+        if extra:
+            raise SettingsError(f"{source}: rule {i + 1}: unknown key {sorted(extra)[0]!r}")
+        try:
+            pattern = compile_bounded(item["match"])
+        except (re.error, ValueError, RecursionError) as e:
+            raise SettingsError(f"{source}: rule {i + 1} match {item['match']!r}: {e}") from None
+        try:
+            parts = tuple(compile_template(item["to"], pattern))
+        except ValueError as e:
+            raise SettingsError(f"{source}: rule {i + 1} to {item['to']!r}: {e}") from None
+        rules.append(Rule(pattern, item["to"], parts, {k: v for k, v in item.items() if k in FOREIGN_RULE_KEYS}))
+    return rules
 
 
 def shipped_maps() -> list[str]:

@@ -43,8 +43,9 @@ VARIABLES = {
                                 "before it on disk; a crash or kill of the model process loses nothing, "
                                 "a kill of the writer too, e.g. of the whole process group, may lose the "
                                 "last step; faster on GPU)",
-    "INKLING_PROBE_RUN": "run id shared by every rank of one launch (default: torchrun's, Slurm's, or "
-                         "derived from the launcher process); letters, digits, '_' only",
+    "INKLING_PROBE_RUN": "run id shared by every rank of one launch (default: torchrun's, Slurm's, "
+                         "agreed through the process group's store, or from the login session); "
+                         "letters, digits, '_' only",
     "INKLING_PROBE_COMPRESS": "none (default) | gzip (stock HDF5 deflate-1 + shuffle, tensors >= 1 MiB)",
     "INKLING_PROBE_DEBUG": "1: print tracebacks for unexpected errors in the CLI",
     "INKLING_PROBE_GRAPH_MB": "static buffer budget (MiB) for recording inside CUDA graphs (default 256); "
@@ -69,6 +70,11 @@ class StepRange:
     start: int | None = None
     stop: int | None = None
     ids: frozenset[int] | None = None
+
+    def __str__(self) -> str:  # the variable's text form
+        if self.ids is not None:
+            return ",".join(map(str, sorted(self.ids)))
+        return f"{'' if self.start is None else self.start}:{'' if self.stop is None else self.stop}"
 
     def __contains__(self, step: int) -> bool:
         if self.ids is not None:
@@ -132,6 +138,8 @@ def parse_steps(text: str, var: str = "INKLING_PROBE_STEPS") -> StepRange:
         stop = _int(var, b, text) if b.strip() else None
         if (start is not None and start < 0) or (stop is not None and stop < 0):
             raise SettingsError(f"{var}={text!r}: steps are >= 0")
+        if start is not None and stop is not None and stop <= start:
+            raise SettingsError(f"{var}={text!r}: selects no step (A:B is A <= step < B; B must be > A)")
         return StepRange(start=start, stop=stop)
     ids = frozenset(_int(var, s, text) for s in text.split(","))
     if any(i < 0 for i in ids):
@@ -151,7 +159,17 @@ def parse_tokens(text: str, var: str = "INKLING_PROBE_TOKENS") -> slice | None:
     if len(parts) != 2:
         raise SettingsError(f"{var}={text!r}: expected 'A:B'")
     a, b = (p.strip() for p in parts)
-    return slice(_int(var, a, text) if a else None, _int(var, b, text) if b else None)
+    tokens = slice(_int(var, a, text) if a else None, _int(var, b, text) if b else None)
+    if _empty_slice(tokens):
+        raise SettingsError(f"{var}={text!r}: selects no token (A:B is a Python slice; B must be past A)")
+    return tokens
+
+
+def _empty_slice(s: slice) -> bool:
+    """Does ``s`` select nothing whatever the length (both ends counted from the same side)?"""
+    if s.start is None or s.stop is None:
+        return s.stop == 0
+    return (s.start >= 0) == (s.stop >= 0) and s.stop <= s.start
 
 
 def _choice(var: str, text: str, choices: tuple[str, ...]) -> str:

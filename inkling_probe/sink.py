@@ -16,7 +16,7 @@ import os
 import sys
 
 from inkling_probe import settings as _settings
-from inkling_probe.errors import ProbeError
+from inkling_probe.errors import NothingRecorded, ProbeError
 
 _RECORDER = None
 _LAYOUT: dict = {}  # this step's layout meta (e.g. the attention-DP requests), merged into every probe
@@ -85,6 +85,11 @@ def _stop_at_exit() -> None:
     """atexit: close quietly; a failure is one line, never a traceback."""
     try:
         stop(interrupted=bool(_UNCAUGHT))
+    except NothingRecorded as e:  # a filter selected nothing: the program must not look like it recorded
+        sys.stderr.write(f"inkling-probe: {e}\n")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(2)  # atexit can't set the status otherwise (a SystemExit here is ignored)
     except ProbeError as e:
         sys.stderr.write(f"inkling-probe: {e}\n")
     except Exception as e:  # noqa: BLE001 - the interpreter is exiting: say it in one line

@@ -41,24 +41,32 @@ def command(dump, patterns, steps, per_rank, as_json):
     _print_table(d, rows, per_rank)
 
 
-def _print_table(d, rows, per_rank: bool) -> None:
-    from rich.table import Table
+_COLUMNS = (("step", ">"), ("key", "<"), ("rank", "<"), ("shape", "<"), ("dtype", "<"), ("mean", ">"),
+            ("rms", ">"), ("absmax", ">"), ("nan", ">"), ("inf", ">"))
 
-    table = Table(title=f"{d.path}  ({len(d.keys())} keys, ranks {d.ranks} of {d.world_size})",
-                  title_justify="left")
-    for col, just in (("step", "right"), ("key", "left"), ("rank" if per_rank else "shard", "left"),
-                      ("shape", "left"), ("dtype", "left"), ("mean", "right"), ("rms", "right"),
-                      ("absmax", "right"), ("nan", "right"), ("inf", "right")):
-        table.add_column(col, justify=just, no_wrap=col == "key")
-    for r in rows:
-        bad = r["nan"] > 0 or r["inf"] > 0
-        table.add_row(
-            str(r["step"]), r["key"] + (f"#{r['call']}" if r["call"] else ""),
-            str(r["rank"]) if per_rank else _shard_text(r), r["shape_text"], r["dtype"],
-            fmt(r["mean"]), fmt(r["rms"]), fmt(r["absmax"]),
-            *(fmt(r[k]) if r[k] >= 0 else "-" for k in ("nan", "inf")), style="red" if bad else None)
+
+def _print_table(d, rows, per_rank: bool) -> None:
+    """An aligned text table, built as one string: rich's Table measured and wrapped every cell
+    (18 of 25 s for 2000 rows); this prints 10000 rows in well under a second. Rows with NaN/Inf
+    are red where the console has colour (rich's decision: NO_COLOR, a pipe)."""
+    cells = [(str(r["step"]), r["key"] + (f"#{r['call']}" if r["call"] else ""),
+              str(r["rank"]) if per_rank else _shard_text(r), r["shape_text"], r["dtype"],
+              fmt(r["mean"]), fmt(r["rms"]), fmt(r["absmax"]),
+              *(fmt(r[k]) if r[k] >= 0 else "-" for k in ("nan", "inf"))) for r in rows]
+    header = tuple(name if name != "rank" or per_rank else "shard" for name, _ in _COLUMNS)
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(header)]
+
+    def line(values) -> str:
+        return "  ".join(f"{v:{align}{w}}" for v, (_, align), w in zip(values, _COLUMNS, widths)).rstrip()
+
     out = console()
-    out.print(table)
+    red = out.color_system is not None
+    text = [f"{d.path}  ({len(d.keys())} keys, ranks {d.ranks} of {d.world_size})", line(header),
+            "  ".join("-" * w for w in widths)]
+    for r, c in zip(rows, cells):
+        bad = red and (r["nan"] > 0 or r["inf"] > 0)
+        text.append(f"\x1b[31m{line(c)}\x1b[0m" if bad else line(c))
+    click.echo("\n".join(text), color=red or None)
     if d.unfinished:
         out.print(f"[yellow]{len(d.unfinished)} unfinished segment file(s) ignored "
                   "(the recording process was killed mid-step)[/yellow]")

@@ -13,11 +13,12 @@ class EvalInputError(ProbeError, ValueError):
 
 def read(path: str) -> list[tuple[int, dict]]:
     """(line number, object) for every non-blank line of ``path``; each line must be a JSON object."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.readlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise EvalInputError(f"{path}: can't read ({getattr(e, 'strerror', None) or e})") from None
+    from inkling_probe.store.inputs import BadInputFile, read_text
+
+    try:  # a regular file of at most 1 GiB: a FIFO would hang, /dev/zero grow to MemoryError
+        lines = read_text(path, "JSON-lines file").splitlines(keepends=True)
+    except BadInputFile as e:
+        raise EvalInputError(str(e)) from None
     out = []
     for n, text in enumerate(lines, 1):
         if not text.strip():

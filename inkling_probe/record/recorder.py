@@ -13,7 +13,7 @@ from collections import Counter
 
 import torch
 
-from inkling_probe.errors import DumpError, ProbeError, SettingsError
+from inkling_probe.errors import DumpError, NothingRecorded, ProbeError, SettingsError
 from inkling_probe.settings import MAX_RANK, Settings, rank_from_env
 from inkling_probe.store import schema
 from inkling_probe.store.dtypes import bf16_bits, dtype_name, encode
@@ -28,6 +28,32 @@ def current_rank() -> tuple[int, int]:
             raise SettingsError(f"world size {world}: inkling-probe records at most {MAX_RANK + 1} ranks")
         return rank, world
     return rank_from_env(os.environ)
+
+
+_opens: Counter = Counter()  # dump folder -> recordings this process opened there (the same on every rank)
+
+
+def launch_token(path: str, world_size: int) -> str:
+    """A token every rank of this launch agrees on for its n-th recording into ``path``, through the
+    process group's own store (the rendezvous: one per launch, whatever process tree runs the ranks);
+    '' without an initialised process group of several ranks. No collective: a rank never waits."""
+    dist = torch.distributed
+    if world_size < 2 or not (dist.is_available() and dist.is_initialized()):
+        return ""
+    try:
+        from torch.distributed.distributed_c10d import _get_default_store
+        store = _get_default_store()
+    except (ImportError, RuntimeError, ValueError):
+        return ""  # a process group without a store: the next identity (docs/FORMAT.md, "Runs")
+    folder = os.path.abspath(path)
+    _opens[folder] += 1
+    key = f"inkling_probe/run/{_opens[folder]}/{folder}"
+    import uuid
+    try:  # the first rank's fresh id wins; the others read it
+        return store.compare_set(key, "", uuid.uuid4().hex).decode()
+    except (RuntimeError, AttributeError, UnicodeDecodeError) as e:
+        raise DumpError(f"{path}: can't agree on a run id through torch.distributed's store ({e}); "
+                        "set INKLING_PROBE_RUN to one value on every rank") from None
 
 
 def writer_mode(setting: str) -> str:
@@ -73,12 +99,16 @@ class Recorder:
     def _open(self):
         self._opened = True
         self.rank, self.world_size = current_rank()
-        if not self.settings.rank_records(self.rank):
-            return None
         s = self.settings
-        from inkling_probe.store.folder import prepare, run_id
+        if s.ranks is not None and min(s.ranks) >= self.world_size:
+            raise SettingsError(f"INKLING_PROBE_RANKS={','.join(map(str, sorted(s.ranks)))}: selects no rank "
+                                f"of this launch (world size {self.world_size}, ranks 0..{self.world_size - 1})")
+        if not s.rank_records(self.rank):
+            return None
+        from inkling_probe.store.folder import launcher_identity, prepare, run_id
 
-        run = run_id(os.environ, self.world_size, s.run)
+        launch = "" if s.run or launcher_identity(os.environ) else launch_token(s.path, self.world_size)
+        run = run_id(os.environ, self.world_size, s.run, launch)
         self._lock = prepare(s.path, self.rank, run, s.overwrite)
         options = dict(run_id=run, segment_mb=s.segment_mb, compress=s.compress, pack_kb=s.pack_kb,
                        workers=s.writer_threads,
@@ -141,6 +171,22 @@ class Recorder:
                 if self._lock is not None:
                     self._lock.release()
                     self._lock = None
+            if not self._opened and self._wanted and not interrupted and self._failed is None:
+                raise NothingRecorded(f"{self.settings.path}: recorded nothing, so there is no dump: "
+                                      f"{self._why_nothing()}")
+
+    def _why_nothing(self) -> str:
+        """Which filter selected nothing, from the probe names and steps this recording saw (a
+        recording no probe reached, e.g. one whose probes all went to a CUDA-graph plan, is not
+        judged: nothing was filtered)."""
+        s, names = self.settings, list(self._wanted)
+        if not any(self._wanted.values()):
+            shown = ", ".join(names[:3]) + (f" (+{len(names) - 3} more)" if len(names) > 3 else "")
+            globs = " ".join(f"{var}={','.join(g)!r}" for var, g in
+                             (("INKLING_PROBE_INCLUDE", s.include), ("INKLING_PROBE_EXCLUDE", s.exclude)) if g)
+            return f"{globs} matched none of the {len(names)} probe names called ({shown})"
+        return (f"INKLING_PROBE_STEPS={s.steps} selected none of the steps run "
+                f"({'0' if self.step_id == 0 else f'0..{self.step_id}'})")
 
     def after_fork_in_child(self) -> None:
         """Detach from the parent's writer: nothing this process does may reach its files."""

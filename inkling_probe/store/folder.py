@@ -13,32 +13,42 @@ import hashlib
 import os
 import socket
 import stat
+import time
 import uuid
 
 from inkling_probe.errors import DumpError
 from inkling_probe.store import schema
 
 
-def run_id(env, world_size: int, explicit: str = "") -> str:
-    """12 hex digits naming this launch, equal on every rank of it.
+def run_id(env, world_size: int, explicit: str = "", launch: str = "") -> str:
+    """12 hex digits naming this launch, equal on every rank of it, whatever process tree runs them.
 
-    From ``INKLING_PROBE_RUN``, torchrun's ``TORCHELASTIC_RUN_ID``, Slurm's job and step, or (for a
-    world of several ranks on one host) the launcher process and rendezvous address; a lone
-    process gets a fresh random id. The world size is part of the id.
+    From the first of: ``INKLING_PROBE_RUN`` (``explicit``); torchrun's ``TORCHELASTIC_RUN_ID``;
+    Slurm's job and step; ``launch``, a token the ranks agreed on through the launch's own rendezvous
+    (the recorder takes it from torch.distributed's store when the process group is up); for a world
+    of several ranks on one host, the login session (``getsid``: shared by ranks that each run under
+    their own ``timeout`` or subshell, unlike their parent or process group) with the rendezvous
+    address. A lone process gets a fresh random id. The world size is part of the id.
     """
-    if explicit:
-        source = f"user:{explicit}"
-    elif env.get("TORCHELASTIC_RUN_ID", "none") not in ("", "none"):
-        source = f"torchrun:{env['TORCHELASTIC_RUN_ID']}"
-    elif env.get("SLURM_JOB_ID"):
-        source = f"slurm:{env['SLURM_JOB_ID']}.{env.get('SLURM_STEP_ID', '')}"
-    elif world_size > 1:
-        ppid = os.getppid()
-        source = (f"local:{socket.gethostname()}:{ppid}:{_start_time(ppid)}:"
+    source = f"user:{explicit}" if explicit else launcher_identity(env)
+    if not source and launch:
+        source = f"rendezvous:{launch}"
+    if not source and world_size > 1:
+        sid = os.getsid(0)
+        source = (f"session:{socket.gethostname()}:{sid}:{_start_time(sid)}:"
                   f"{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}")
-    else:
+    if not source:
         return uuid.uuid4().hex[:12]
     return hashlib.sha256(f"{source}:{world_size}".encode()).hexdigest()[:12]
+
+
+def launcher_identity(env) -> str:
+    """The launcher's own name for this launch (torchrun's run id, Slurm's job and step), or ''."""
+    if env.get("TORCHELASTIC_RUN_ID", "none") not in ("", "none"):
+        return f"torchrun:{env['TORCHELASTIC_RUN_ID']}"
+    if env.get("SLURM_JOB_ID"):
+        return f"slurm:{env['SLURM_JOB_ID']}.{env.get('SLURM_STEP_ID', '')}"
+    return ""
 
 
 def _start_time(pid: int) -> str:
@@ -99,11 +109,28 @@ def prepare(folder: str, rank: int, run: str, overwrite: bool) -> RankLock:
                             "another run); choose another path or set INKLING_PROBE_OVERWRITE=1")
         _refuse_running_ranks(folder, stale, run)
         for name in stale:
-            os.remove(os.path.join(folder, name))
+            _remove_stale(os.path.join(folder, name))
     except BaseException:
         lock.release()
         raise
     return lock
+
+
+def _remove_stale(path: str) -> None:
+    """Remove an older run's segment; anything but a file or link named like one is left alone."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return  # another rank of this launch removed it first
+    if stat.S_ISDIR(st.st_mode):
+        raise DumpError(f"{path}: a directory named like a segment; INKLING_PROBE_OVERWRITE removes "
+                        "only files: move it away or record into another folder")
+    try:
+        os.remove(path)  # a link itself, never what it points to
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise DumpError(f"{path}: can't remove the older run's file ({e.strerror})") from None
 
 
 def _in_the_way(folder: str, rank: int, run: str) -> list[str]:
@@ -127,12 +154,25 @@ def _refuse_running_ranks(folder: str, stale: list[str], run: str) -> None:
             continue
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
-            if os.pread(fd, 200, 0).decode(errors="replace").startswith(run + " "):
-                continue  # our own lock (this process) or a rank of this run
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
+            if _held_by_another_run(fd, run):
                 raise DumpError(f"{folder}: rank {rank} of another run is still recording there; "
-                                "wait for it or record into another folder") from None
+                                "wait for it or record into another folder")
         finally:
             os.close(fd)
+
+
+def _held_by_another_run(fd: int, run: str, settle_s: float = 1.0) -> bool:
+    """Is the lock held, and not by a rank of ``run``? A rank of this launch that has just taken the
+    lock writes its run id a moment later: a held lock still naming another run is read again for up
+    to ``settle_s`` before it counts as another run's."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        if os.pread(fd, 200, 0).decode(errors="replace").startswith(run + " "):
+            return False  # our own lock (this process) or a rank of this run
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return False  # nobody holds it: a finished run's lock
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return True
+            time.sleep(0.01)

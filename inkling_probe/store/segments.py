@@ -120,29 +120,38 @@ def first_line(e: BaseException) -> str:
 
 
 def read_segment(path: str) -> tuple[Segment, list[dict]]:
-    with open_segment(path) as f:
-        try:
-            return _read_header(path, f)
-        except DumpError:
-            raise
-        except Exception as e:  # damaged or crafted attributes and index
-            raise DumpError(f"{path}: damaged segment ({first_line(e)[:120]})") from None
+    """A segment's identity and header, and its index rows (store/headers.py: no tensor data read)."""
+    from inkling_probe.store.headers import read_header_and_index
+
+    _check_regular(path)
+    try:
+        attrs, index = read_header_and_index(path)
+    except OSError as e:
+        kind = "truncated or corrupt HDF5 file" if _looks_hdf5(path) else "not an HDF5 file"
+        raise DumpError(f"{path}: {kind} ({first_line(e)[:80]})") from None
+    except Exception as e:  # damaged or crafted attributes and index
+        raise DumpError(f"{path}: damaged segment ({first_line(e)[:120]})") from None
+    try:
+        return _header(path, attrs, index)
+    except DumpError:
+        raise
+    except Exception as e:
+        raise DumpError(f"{path}: damaged segment ({first_line(e)[:120]})") from None
 
 
-def _read_header(path: str, f: h5py.File) -> tuple[Segment, list[dict]]:
-    attrs = f.attrs
+def _header(path: str, attrs: dict, index) -> tuple[Segment, list[dict]]:
     if attrs.get("format") != schema.FORMAT_NAME:
         raise DumpError(f"{path}: an HDF5 file, but not an inkling-probe dump (no format attribute)")
     version = int(attrs.get("schema_version", -1))
     if version > schema.SCHEMA_VERSION:
         raise DumpError(f"{path}: schema version {version} is newer than this inkling-probe reads "
                         f"({schema.SCHEMA_VERSION}); upgrade inkling-probe")
-    if "index" not in f:
+    if index is None:
         raise DumpError(f"{path}: segment has no index dataset (file damaged?)")
     seg = Segment(path, int(attrs["rank"]), int(attrs["world_size"]),
                   int(attrs.get("complete_through_step", -1)), json.loads(attrs.get("run", "{}")),
                   str(attrs.get("run_id", "")))
-    return seg, [_row(r) for r in safe_dataset(f, "index")[()]]
+    return seg, [_row(r) for r in index]
 
 
 def _row(r) -> dict:

@@ -18,11 +18,13 @@ import signal
 import struct
 import subprocess
 import sys
+import time
 
 import numpy as np
 
 from inkling_probe.errors import DumpError
 from inkling_probe.store.ring import RingReader, RingWriter, backoff, ring_file
+from inkling_probe.store.stall import Watch
 
 _FRAME = struct.Struct("<IQ")  # header bytes, payload bytes
 _PIPE_BYTES = 1 << 20
@@ -63,6 +65,8 @@ class ProcessWriter:
         self._ring_claimed = False  # GPU staging fills the ring's slots; nothing else is put there
         self._fd = self._proc.stdin.fileno()
         _grow_pipe(self._fd)
+        os.set_blocking(self._fd, False)  # a full pipe waits in select, watching the writer (stall.py)
+        self._ring_watch: Watch | None = None
         self._batch = bytearray()
         self._closed = False
         self._unacked = 0  # segment ends sent whose acknowledgement was not read yet
@@ -72,6 +76,7 @@ class ProcessWriter:
         if not self._ring_pending or not (block or select.select([self._proc.stdout], [], [], 0)[0]):
             return
         self._ring_pending = False
+        Watch(self._proc.pid, "its start").wait_fd(self._proc.stdout.fileno())
         line = self._proc.stdout.readline().decode(errors="replace").strip()
         fd, self._ring_fd = self._ring_fd, None
         if line.startswith("ring ok "):
@@ -151,9 +156,15 @@ class ProcessWriter:
             self._flush()
 
     def wait_for_ring_space(self) -> None:
-        """One wait for ring space (a claimer's slot): raises if the writer process is gone."""
+        """One wait for ring space (a claimer's slot): raises if the writer process is gone, or
+        stopped for long (stall.py)."""
         if self._proc.poll() is not None:
             raise WriterDied(self._why())
+        watch = self._ring_watch
+        if watch is None or time.monotonic() - watch.last_call > 1.0:  # a new wait, not the same one
+            watch = self._ring_watch = Watch(self._proc.pid, "space in the shared ring")
+        watch.last_call = time.monotonic()
+        watch.check()
         backoff()
 
     def end_segment(self, complete_through_step: int, wait: bool = True) -> None:
@@ -212,7 +223,7 @@ class ProcessWriter:
 
     def _write(self, parts) -> None:
         try:
-            _write_all(self._fd, parts)
+            _write_all(self._fd, parts, lambda: Watch(self._proc.pid, "room in the pipe to it"))
         except (BrokenPipeError, OSError):
             raise WriterDied(self._why()) from None
 
@@ -228,6 +239,7 @@ class ProcessWriter:
 
     def _ack(self) -> None:
         self._ring_status(block=True)
+        Watch(self._proc.pid, "the step's acknowledgement (on disk)").wait_fd(self._proc.stdout.fileno())
         line = self._proc.stdout.readline().decode().strip()
         if line != "ok":
             raise WriterDied(line.removeprefix("err ") if line else self._why())
@@ -262,10 +274,21 @@ def _grow_pipe(fd: int) -> None:
         pass  # a smaller pipe only means the recording process waits on the writer sooner
 
 
-def _write_all(fd: int, parts) -> None:
+def _write_all(fd: int, parts, watch=None) -> None:
+    """Write every byte of ``parts`` to the (non-blocking) ``fd``; while it is full, wait in
+    ``watch()``'s ``wait_fd`` (one :class:`~inkling_probe.store.stall.Watch` for the whole write)."""
     views = [memoryview(p).cast("B") for p in parts if len(p)]
+    waiting = None
     while views:
-        n = os.writev(fd, views)
+        try:
+            n = os.writev(fd, views)
+        except BlockingIOError:
+            waiting = waiting or (watch() if watch is not None else None)
+            if waiting is None:
+                select.select([], [fd], [])
+            else:
+                waiting.wait_fd(fd, write=True)
+            continue
         while views and n >= len(views[0]):
             n -= len(views[0])
             views.pop(0)

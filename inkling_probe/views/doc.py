@@ -16,8 +16,16 @@ def as_doc(report) -> dict:
     if isinstance(report, dict):
         return report
     if isinstance(report, (str, os.PathLike)):
-        with open(report, encoding="utf-8") as fh:
-            return json.load(fh)
+        from inkling_probe.store.inputs import BadInputFile, read_text
+
+        text = read_text(report, "a saved compare --json document")  # regular files only, bounded
+        try:
+            doc = json.loads(text)
+        except (ValueError, RecursionError) as e:
+            raise BadInputFile(f"{os.fspath(report)}: not a compare --json document ({e})") from None
+        if not isinstance(doc, dict):
+            raise BadInputFile(f"{os.fspath(report)}: not a compare --json document (a JSON {type(doc).__name__})")
+        return doc
     if hasattr(report, "to_dict"):
         return report.to_dict()
     raise TypeError(f"expected a compare report or its JSON document, got {type(report).__name__}")

@@ -75,7 +75,7 @@ def checkpoint_files(ckpt_dir) -> dict[str, str]:
     ckpt_dir = Path(ckpt_dir)
     index = ckpt_dir / INDEX_NAME
     if index.exists():
-        weight_map = json.loads(index.read_text())["weight_map"]
+        weight_map = _weight_map(index)
         for fname in sorted(set(weight_map.values())):
             if not (ckpt_dir / fname).exists():
                 raise CheckpointError(f"{ckpt_dir}: {INDEX_NAME} names {fname}, which is missing")
@@ -83,16 +83,44 @@ def checkpoint_files(ckpt_dir) -> dict[str, str]:
     single = ckpt_dir / "model.safetensors"
     if not single.exists():
         raise CheckpointError(f"{ckpt_dir}: no {INDEX_NAME} and no model.safetensors")
+    with _open_shard(single) as f:
+        return {k: "model.safetensors" for k in f.keys()}
+
+
+def _weight_map(index: Path) -> dict[str, str]:
+    """The index's ``weight_map`` (name -> shard file), checked: a damaged index is one line."""
+    from inkling_probe.store.inputs import BadInputFile, read_text
+
+    try:
+        weight_map = json.loads(read_text(index, "checkpoint index"))["weight_map"]
+    except BadInputFile as e:
+        raise CheckpointError(str(e)) from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{index}: not a safetensors index ({type(e).__name__}: {e})") from None
+    if not isinstance(weight_map, dict) or not all(isinstance(k, str) and isinstance(v, str) and "/" not in v
+                                                   for k, v in weight_map.items()):
+        raise CheckpointError(f"{index}: weight_map is not {{tensor name: shard file name}}")
+    return weight_map
+
+
+def _open_shard(path: Path):
+    """``safe_open`` once the header is checked against the file (store/safetensors_header.py): a
+    damaged shard is a one-line CheckpointError (exit 2), not a SafetensorError."""
     from safetensors import safe_open
 
-    with safe_open(str(single), framework="pt") as f:
-        return {k: "model.safetensors" for k in f.keys()}
+    from inkling_probe.store.safetensors_header import BadSafetensors, read_header
+
+    try:
+        read_header(path)
+        return safe_open(str(path), framework="pt")
+    except BadSafetensors as e:
+        raise CheckpointError(str(e)) from None
+    except Exception as e:  # noqa: BLE001 - safetensors' own error for what the check let through
+        raise CheckpointError(f"{path}: not a readable safetensors file ({type(e).__name__}: {e})") from None
 
 
 def iter_tensors(ckpt_dir, names=None):
     """Yield (file, name, tensor) from a checkpoint dir, one shard open at a time (no pickles)."""
-    from safetensors import safe_open
-
     ckpt_dir = Path(ckpt_dir)
     weight_map = checkpoint_files(ckpt_dir)
     wanted = set(weight_map) if names is None else set(names)
@@ -101,7 +129,7 @@ def iter_tensors(ckpt_dir, names=None):
         if name in wanted:
             by_file.setdefault(fname, []).append(name)
     for fname, keys in sorted(by_file.items()):
-        with safe_open(str(ckpt_dir / fname), framework="pt") as f:
+        with _open_shard(ckpt_dir / fname) as f:
             present = set(f.keys())
             for key in keys:
                 if key not in present:

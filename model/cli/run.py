@@ -165,16 +165,10 @@ def native_rank(rank: int, world: int, ckpt: str, dtype: str, prompts: list[list
     attention-DP groups: group g serves requests g, g + dp, ... Returns
     ``{"responses": [{"id", "tokens", "finish_reason", "steps"}, ...]}`` for this rank's requests.
     """
-    import contextlib
-
-    import torch
-
-    import inkling_probe
     from inkling_model import parallel
     from inkling_model.checkpoint.shards import CheckpointError
     from inkling_model.config import InklingConfig
     from inkling_model.plugins.genlog import StepLog
-    from inkling_model.generate import generate, prefill
     from inkling_model.model import InklingForCausalLM
     from inkling_model.checkpoint.weights import load_checkpoint
 
@@ -191,8 +185,24 @@ def native_rank(rank: int, world: int, ckpt: str, dtype: str, prompts: list[list
     except CheckpointError as e:
         return {"error": str(e)}
     model.to("cuda" if cuda_graph else "cpu")
+    from inkling_probe.errors import ProbeError
+
     mine = list(range(tp.dp_peers.rank, len(prompts), tp.dp_size))
     steps = StepLog(len(mine))
+    try:
+        return _record_rank(model, prompts, mine, steps, max_new, eos, dump, gen, cuda_graph, enforce_eager)
+    except ProbeError as e:  # e.g. a filter that recorded nothing: one line from any rank
+        return {"error": str(e)}
+
+
+def _record_rank(model, prompts, mine, steps, max_new, eos, dump, gen, cuda_graph, enforce_eager) -> dict:
+    import contextlib
+
+    import torch
+
+    import inkling_probe
+    from inkling_model.generate import generate, prefill
+
     with inkling_probe.recording(dump) if dump else contextlib.nullcontext(), torch.no_grad():
         if max_new == 0:
             prefill(model, [prompts[i] for i in mine], mine)

@@ -94,3 +94,17 @@ def test_a_bad_debug_switch_is_named_at_start_and_never_raises_while_reporting()
     from inkling_probe.settings import debug
 
     assert debug({"INKLING_PROBE_DEBUG": "on"}) is False
+
+@pytest.mark.parametrize("var, value", [
+    ("INKLING_PROBE_STEPS", "5:2"), ("INKLING_PROBE_STEPS", "3:3"), ("INKLING_PROBE_TOKENS", "3:1"),
+    ("INKLING_PROBE_TOKENS", "-1:-3"), ("INKLING_PROBE_TOKENS", ":0"), ("INKLING_PROBE_TOKENS", "4:4"),
+])
+def test_ranges_that_select_nothing_are_refused_at_start(var, value):
+    """``INKLING_PROBE_STEPS=5:2`` recorded nothing and the run still said ``dump: d``, exit 0."""
+    with pytest.raises(SettingsError, match=f"{var}='{value}': selects no "):
+        from_env({"INKLING_PROBE": "/tmp/x", var: value})
+
+
+def test_ranges_that_may_select_something_stay_allowed():
+    assert parse_tokens("-3:") == slice(-3, None) and parse_tokens("2:-1") == slice(2, -1)
+    assert parse_tokens(":-1") == slice(None, -1) and 4 in parse_steps("4:5")

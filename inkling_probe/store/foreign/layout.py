@@ -34,9 +34,10 @@ import re
 from dataclasses import dataclass
 
 from inkling_probe.errors import DumpError, SettingsError
+from inkling_probe.namemap import FOREIGN_RULE_KEYS
 
 SHARDS = ("concat", "partial", "replicated")
-_RULE_KEYS = {"shard", "dim", "token_dim", "split", "shift"}
+_RULE_KEYS = FOREIGN_RULE_KEYS
 AUTO = "auto"
 _GROUP_REF = re.compile(r"\\(\d+)|\\g<(\d+)>")
 

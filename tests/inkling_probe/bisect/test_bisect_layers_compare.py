@@ -2,8 +2,8 @@
 
 Synthetic routed runs (the runner's command execution replaced, dumps written in this process, the
 INKLING_PROBE_INCLUDE of each trial honoured): a reference, a benign control and candidate (small
-noise), optionally a near-tie routing flip at layer F (the candidate's tokens from the flipped one on
-then take other experts: compare sets them aside downstream) and a planted error born at layer G.
+noise), optionally a near-tie routing flip at layer F (the flipped token takes other experts: its own
+rows differ from there on, and compare sets them aside downstream) and a planted error born at layer G.
 The property: the layer bisect names is the layer of the full compare's first divergence (none when
 the full compare passes), and its culprit the full compare's. Without the carried keys a trial of a
 layer after F sees the flipped tokens' values with no routing change before them and flags them.
@@ -54,7 +54,7 @@ def _steps(side: str, flip, fault, tok: int = TOK):
         y = x + 0.2 * rng.standard_normal((T, H))
         y = noisy(y, i)
         if side == "cand" and flip is not None and i >= flip:
-            y[tok:] += 1.0  # other experts from the flipped token on (sequence mixing carries it)
+            y[tok] += 1.0  # the flipped token took other experts: its own row differs from here on
         if side == "cand" and fault == i:
             y = y * 1.5  # an error born in layer i's experts
         out.append((f"layers.{i}.mlp.experts", t(y)))

@@ -65,19 +65,19 @@ def test_name_map_that_is_a_directory_is_a_one_line_error(tmp_path):
     from inkling_probe.errors import SettingsError
     from inkling_probe.namemap import NameMap
 
-    with pytest.raises(SettingsError, match=f"^{tmp_path}: not a regular file"):
+    with pytest.raises(SettingsError, match=f"^{tmp_path}: a directory, not a regular file \\(name map\\)"):
         NameMap.load(tmp_path)
 
 
-def test_catastrophic_name_map_pattern_is_refused_at_load():
+def test_catastrophic_name_map_pattern_runs_in_linear_time():
     import time
 
     from inkling_probe.errors import SettingsError
     from inkling_probe.namemap import NameMap
 
     t0 = time.perf_counter()
-    with pytest.raises(SettingsError, match="rule 1 match .*exponential time"):
-        NameMap.from_toml("[[rule]]\nmatch = '(a+)+b'\nto = 'x'\n")
+    bad = NameMap.from_toml("[[rule]]\nmatch = '(a+)+b'\nto = 'x'\n")  # RE2: no backtracking
+    assert bad.apply("a" * 1024) == "a" * 1024
     ok = NameMap.from_toml("[[rule]]\nmatch = 'model\\.layers\\.(\\d+)(?:\\.\\w+)*'\nto = 'l.\\1'\n")
     assert ok.apply("model.layers.3.mlp.experts") == "l.3"
     assert ok.apply("model.layers.3" + ".a" * 400 + "!") == "model.layers.3" + ".a" * 400 + "!"

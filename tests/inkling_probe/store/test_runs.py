@@ -139,3 +139,80 @@ def test_two_writers_started_together_one_wins_and_the_dump_is_whole(tmp_path):
     d = inkling_probe.open(tmp_path / "d")
     assert d.steps("x") == [0, 1, 2]
     assert all(bool((d.tensor("x", s) == ok[0] + 1).all()) for s in range(3))
+
+
+RANK_SCRIPT = """
+import os, sys, torch, torch.distributed as dist, inkling_probe
+rank = int(os.environ["RANK"])
+if sys.argv[1] == "dist":
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+for s in range(2):
+    inkling_probe.step(); inkling_probe.probe("x", torch.full((4,), float(10 * rank + s)))
+inkling_probe.sink.stop()
+if sys.argv[1] == "dist":
+    dist.barrier(); dist.destroy_process_group()
+"""
+
+
+def _launch_under_separate_timeouts(path, how: str, port: int, overwrite: bool = False):
+    """Two ranks, each under its own ``timeout`` (its own parent and process group)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("INKLING_PROBE", "TORCHELASTIC", "SLURM"))}
+    env.update(INKLING_PROBE=str(path), INKLING_PROBE_WRITER="inline", WORLD_SIZE="2",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), INKLING_PROBE_OVERWRITE=str(int(overwrite)))
+    procs = [subprocess.Popen(["timeout", "120", sys.executable, "-c", RANK_SCRIPT, how],
+                              env={**env, "RANK": str(r)}, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    return [(p.wait(150), p.stderr.read()) for p in procs]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["dist", "env"])
+def test_ranks_under_separate_timeout_processes_are_one_run(tmp_path, how):
+    """The issue's case: each rank under its own ``timeout`` gave two runs ("mixes 2 runs"), and
+    OVERWRITE=1 then let a later rank delete an earlier one's data. With the process group up, the
+    ranks agree through its store; without it, through their login session."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path = tmp_path / "d"
+    for overwrite in (False, True):
+        results = _launch_under_separate_timeouts(path, how, port, overwrite)
+        assert [code for code, _ in results] == [0, 0], results
+        d = inkling_probe.open(path)
+        assert d.world_size == 2 and d.ranks == [0, 1] and len({s.run_id for s in d.segments}) == 1
+        assert d.steps("x") == [0, 1]
+        assert [float(d.tensor("x", step=1, rank=r)[0]) for r in (0, 1)] == [1.0, 11.0]
+
+
+def test_overwrite_with_a_folder_named_like_a_segment_is_one_line(tmp_path):
+    """Was a traceback (IsADirectoryError from os.remove)."""
+    path = tmp_path / "d"
+    write(path, [[("x", torch.ones(2))]])
+    planted = path / "rank00000-seg000009-aaaaaaaaaaaa.h5"
+    planted.mkdir()
+    (planted / "keep").write_text("mine")
+    with pytest.raises(DumpError) as e:
+        write(path, [[("x", torch.ones(2))]], overwrite=True)
+    assert str(e.value) == (f"{planted}: a directory named like a segment; INKLING_PROBE_OVERWRITE removes only "
+                            "files: move it away or record into another folder")
+    assert (planted / "keep").read_text() == "mine"
+
+
+def test_overwrite_through_the_environment_with_such_a_folder_exits_with_one_line(tmp_path):
+    path = tmp_path / "d"
+    (path / "rank00000-seg000000-aaaaaaaaaaaa.h5").mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INKLING_PROBE")}
+    env.update(INKLING_PROBE=str(path), INKLING_PROBE_OVERWRITE="1", INKLING_PROBE_WRITER="inline")
+    r = subprocess.run([sys.executable, "-c", "import torch, inkling_probe\ninkling_probe.probe('x', torch.ones(2))"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "Traceback" not in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert "a directory named like a segment" in r.stderr
+
+
+def test_run_id_sources_in_order():
+    env = {"MASTER_ADDR": "h", "MASTER_PORT": "1"}
+    assert folder.run_id(env, 2, launch="tok") == folder.run_id({}, 2, launch="tok") != folder.run_id(env, 2, launch="x")
+    assert folder.run_id({**env, "TORCHELASTIC_RUN_ID": "abc"}, 2, launch="tok") == folder.run_id(
+        {"TORCHELASTIC_RUN_ID": "abc"}, 2)  # the launcher's own id comes before the rendezvous token
+    assert folder.run_id(env, 2) == folder.run_id(env, 2)  # same session, same rendezvous address
+    assert folder.launcher_identity({"SLURM_JOB_ID": "9", "SLURM_STEP_ID": "2"}) == "slurm:9.2"
