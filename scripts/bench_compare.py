@@ -13,6 +13,8 @@ The candidate is the reference plus 1e-3 relative noise, so every tensor is read
     python scripts/bench_compare.py [--gib 2] [--keep DIR]
     python scripts/bench_compare.py --startup          # compare's start-up vs import h5py, numpy
     python scripts/bench_compare.py --explain-bound    # explain on vs off on a 128 MiB culprit
+    python scripts/bench_compare.py --scale [--gib 10]  # issue 26: compare --jobs 1 / all cores vs h5py
+                                                        # alone on a pair of --gib GB on disk
 """
 from __future__ import annotations
 
@@ -153,6 +155,102 @@ def startup(root: str, repeats: int = 7) -> None:
         print(f"  {k:45} {med:5.2f} s  ({med - base:+.2f} s vs import h5py, numpy)")
 
 
+_SCALE_CHILD = r"""
+import hashlib, json, os, resource, sys, time
+mode, ref, cand = sys.argv[1:4]
+def rss(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field):
+            return int(line.split()[1]) * 1024
+import h5py, numpy, inkling_probe.compare.measure
+base = rss("VmRSS:")
+t0, c0 = time.perf_counter(), time.process_time()
+if mode == "h5py":  # the same datasets' bytes, read whole with h5py alone
+    import h5py, numpy as np
+    n = 0
+    for d in (ref, cand):
+        for f in sorted(os.listdir(d)):
+            if not f.endswith(".h5"):
+                continue
+            with h5py.File(os.path.join(d, f), "r") as h:
+                def visit(name, obj):
+                    global n
+                    if isinstance(obj, h5py.Dataset) and obj.size > 1 << 16:
+                        a = np.empty(obj.shape, obj.dtype)
+                        obj.read_direct(a)
+                        n += a.nbytes
+                h.visititems(visit)
+    out = {"bytes": n}
+else:
+    from inkling_probe.compare import compare, parallel
+    rep = compare(ref, cand, explain=False, jobs=int(mode))
+    out = {"workers": list(parallel.LAST_WORKERS.values()),"rows": len(rep.rows), "diverged": rep.diverged, "doc": hashlib.sha256(json.dumps(rep.to_dict(), sort_keys=True, default=str).encode()).hexdigest()}
+out.update(seconds=time.perf_counter() - t0, peak_rss=rss("VmHWM:"), base_rss=base, cpu_s=time.process_time() - c0
+           + sum(w["cpu_s"] for w in out.get("workers", [])))
+print(json.dumps(out))
+"""
+
+
+def _write_scale_pair(root: str, gb: float, tensor_mib: int = 64) -> tuple[str, str]:
+    """A reference and candidate (1e-3 relative noise) of ``gb``/2 GB each, fp32 tensors of ``tensor_mib``."""
+    import torch
+
+    import inkling_probe
+
+    n = max(1, int(gb * 1e9 / 2 / (tensor_mib * MIB)))
+    gen = torch.Generator().manual_seed(0)
+    base = [torch.randn(tensor_mib * MIB // 4096, 1024, generator=gen) for _ in range(4)]
+    noise = [1e-3 * torch.randn(b.shape, generator=gen) for b in base[:3]]
+    paths = (os.path.join(root, "L-ref"), os.path.join(root, "L-cand"))
+    for which, path in zip(("ref", "cand"), paths):
+        with inkling_probe.recording(path):
+            inkling_probe.step()
+            for i in range(n):
+                t = base[i % 4] * (1 + i / n)
+                if which == "cand":
+                    t = t + noise[i % 3] * t.abs().mean()
+                inkling_probe.probe(f"layers.{i // 8}.t{i % 8}", t)
+    return paths
+
+
+def _scale_run(mode: str, ref: str, cand: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", _SCALE_CHILD, mode, ref, cand], capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(out.stderr[-2000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def scale(root: str, gb: float, rounds: int = 1, tensor_mib: int = 64) -> None:
+    """compare --jobs 1 and --jobs <cores> against h5py reading the same datasets, side by side."""
+    from inkling_probe.compare.parallel import default_jobs
+
+    t0 = time.perf_counter()
+    ref, cand = _write_scale_pair(root, gb, tensor_mib)
+    total = _dump_bytes(ref) + _dump_bytes(cand)
+    cores = default_jobs()
+    print(f"pair: {total / 1e9:.2f} GB on disk ({tensor_mib} MiB fp32 tensors, 1e-3 noise), written in "
+          f"{time.perf_counter() - t0:.0f} s; {cores} cores; {rounds} round(s), order h5py, jobs 1, jobs {cores}")
+    modes = ["h5py", "1"] + ([str(cores)] if cores > 1 else [])
+    runs = {m: [] for m in modes}
+    for _ in range(rounds):
+        for m in modes:
+            runs[m].append(_scale_run(m, ref, cand))
+    h5 = min(runs["h5py"], key=lambda r: r["seconds"])
+    docs = {r["doc"] for m in modes[1:] for r in runs[m]}
+    print(f"  h5py alone          {h5['seconds']:7.1f} s wall {total / 1e6 / h5['seconds']:6.0f} MB/s | "
+          f"{h5['cpu_s']:6.1f} CPU s {total / 1e6 / h5['cpu_s']:6.0f} MB per CPU s")
+    for m in modes[1:]:
+        best = min(runs[m], key=lambda r: r["seconds"])
+        per_job = max((w["peak_rss"] - w["base_rss"] for w in best["workers"]),
+                      default=best["peak_rss"] - best["base_rss"])
+        print(f"  compare --jobs {m:<4} {best['seconds']:7.1f} s wall {total / 1e6 / best['seconds']:6.0f} MB/s "
+              f"({best['seconds'] and h5['seconds'] / best['seconds']:.2f}x of h5py) | {best['cpu_s']:6.1f} CPU s "
+              f"{total / 1e6 / best['cpu_s']:6.0f} MB per CPU s | peak RSS main {best['peak_rss'] / MIB:.0f} MiB, "
+              f"per job {per_job / MIB:.0f} MiB over its base ({per_job / (tensor_mib * MIB):.1f}x the largest tensor)")
+    print(f"  reports identical across jobs and rounds: {len(docs) == 1}")
+    print("  CPU s: the process and its workers (user + system); per job: peak RSS - RSS after imports")
+
+
 def _dump_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
 
@@ -163,9 +261,19 @@ def main(argv=None) -> None:
     ap.add_argument("--keep", default=None, help="write the dumps here and keep them")
     ap.add_argument("--explain-bound", action="store_true", help="only: explain on vs off on a 128 MiB culprit")
     ap.add_argument("--startup", action="store_true", help="only: compare's start-up vs import h5py, numpy")
+    ap.add_argument("--scale", action="store_true", help="only: --jobs 1 / all cores vs h5py on a pair of --gib GB")
+    ap.add_argument("--rounds", type=int, default=1, help="--scale: rounds of the three runs (best of)")
+    ap.add_argument("--tensor-mib", type=int, default=64, help="--scale: size of each tensor")
     args = ap.parse_args(argv)
     root = args.keep or tempfile.mkdtemp(prefix="bench-compare-")
     os.makedirs(root, exist_ok=True)
+    if args.scale:
+        try:
+            scale(root, args.gib, args.rounds, args.tensor_mib)
+        finally:
+            if not args.keep:
+                shutil.rmtree(root, ignore_errors=True)
+        return
     if args.explain_bound or args.startup:
         try:
             if args.startup:

@@ -9,7 +9,7 @@ that many cores (the writer process inherits the pinning), so "1 core" means the
 with the model. Also measured: the writer's start cost in the recording process, and the start-up
 of the torch-free read commands (`ls`, `show`) against `python -c "import h5py, numpy"`.
 
-Run:  .venv/bin/python scripts/bench_record.py [--shapes tiny,small] [--cores 1,2] [--repeats 7]
+Run:  .venv/bin/python scripts/bench_record.py [--shapes tiny,small,1gb] [--cores 1,2] [--repeats 7]
 GPU:  python scripts/bench_record.py --cuda   (inkling_model small, bf16, eager: recorded / plain)
 """
 from __future__ import annotations
@@ -38,6 +38,7 @@ SHAPES = {  # MEASURED.md's peer table: tiny = hidden 128, 6 layers, 8 experts, 
                    swa_head_dim=64, intermediate_size=1024, moe_intermediate_size=256, n_routed_experts=16,
                    num_experts_per_tok=4, n_shared_experts=2, sliding_window_size=64, rel_extent=128), 256),
 }
+SHAPES["1gb"] = (SHAPES["small"][0], 2560)  # issue 26: small's model on 10x the tokens, ~1 GB a forward
 
 
 def stored_mb(d, step: int) -> float:

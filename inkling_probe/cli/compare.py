@@ -47,9 +47,12 @@ METRICS = ("rel_rms", "cosine", "max_abs", "max_rel", "outside")
 @click.option("--rows", "rows_kind", type=click.Choice(["text", "image", "audio"]), default=None,
               help="Judge one modality of a multimodal run: only its token rows (and its tower's keys), each "
                    "dump's own rows (docs/MULTIMODAL.md).")
+@click.option("--jobs", "-j", type=Whole(min=1), default=None,
+              help="Worker processes reading and measuring keys ahead (default: the cores); same result for any N.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(ref, cand, control, name_map, metric, threshold, k, include, steps, all_rows, diverged_only, no_explain,
-            explain_keys, decisions, ref_row, cand_row, confirm, replay_key, ckpt, factory, as_json, rows_kind=None):
+            explain_keys, decisions, ref_row, cand_row, confirm, replay_key, ckpt, factory, jobs, as_json,
+            rows_kind=None):
     """Compare dump CAND against dump REF: the first divergence, the culprit and why.
 
     Keys align through --map, by step, call and token (the common tokens when the runs batched
@@ -74,7 +77,8 @@ def command(ref, cand, control, name_map, metric, threshold, k, include, steps, 
             report = compare(judged[0], judged[1], judged[2] if control else None, name_map=name_map, metric=metric,
                              threshold=threshold, k=k, include=include or None, steps=set(steps) or None,
                              explain=not no_explain, explain_keys=explain_keys, decisions=decisions,
-                             ref_row=ref_row, cand_row=cand_row, progress=progress)
+                             ref_row=ref_row, cand_row=cand_row, progress=progress,
+                             jobs=1 if rows_kind else jobs)  # a view is read in this process
         replayed = _replay(replay_key, ckpt, factory, dumps[0]) if replay_key else None
         confirmed = _confirm(report, ckpt, factory, dumps[0]) if confirm else None
         mm = modality.to_dict(report, dumps[0], dumps[1], rows_kind)

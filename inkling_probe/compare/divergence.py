@@ -57,6 +57,7 @@ def feeders_of(rows: list[Row]):
     """Yield ``(row, feeders)`` in execution order: the row's recorded inputs, else the rows before it
     in its layer and step and the last row of the layer run before (module docstring)."""
     by_key: dict[tuple, Row] = {}
+    inputs: dict[tuple, list[Row]] = {}  # (key, step) -> its recorded inputs' rows (indexed: no scan per row)
     layer_rows: list[Row] = []
     current = object()
     last_prev: Row | None = None
@@ -66,11 +67,13 @@ def feeders_of(rows: list[Row]):
             if layer_rows:
                 last_prev = layer_rows[-1]
             layer_rows, current = [], run
-        feeders = _recorded_inputs(row, by_key) or layer_rows + ([last_prev] if last_prev else [])
+        feeders = inputs.get((row.key, row.step), []) or layer_rows + ([last_prev] if last_prev else [])
         yield row, feeders + [by_key[x] for x in getattr(row, "cache_feeders", ()) if x in by_key]  # steps.py
         if not row.key.rsplit(".", 2)[-2:-1] == ["in"]:
             layer_rows.append(row)
         by_key[(row.key, row.step, row.call)] = row
+        for parent in _parents(row.key):  # rows of `parent.in.*` in this step, in order
+            inputs.setdefault((parent, row.step), []).append(row)
 
 
 def attribute(rows: list[Row]) -> None:
@@ -91,11 +94,16 @@ def attribute(rows: list[Row]) -> None:
                 sources[-1].born = "below_allowance"  # the birth this divergence leads back to
         elif not dirty and row.score >= ORIGIN_MIN and row.score >= RISE * row.score_in and not row.decision:
             origin[id(row)] = row  # a sub-allowance birth: a culprit once something it feeds diverges
+    inputs: dict[tuple, list[Row]] = {}  # (key, step) -> its recorded inputs' rows (indexed: no scan per row)
 
 
-def _recorded_inputs(row: Row, by_key: dict) -> list[Row]:
-    prefix = row.key + ".in."
-    return [r for (k, s, c), r in by_key.items() if s == row.step and k.startswith(prefix)]
+def _parents(key: str) -> list[str]:
+    """Every P with ``key`` starting ``P + ".in."`` (its recorded inputs)."""
+    out, at = [], key.find(".in.")
+    while at >= 0:
+        out.append(key[:at])
+        at = key.find(".in.", at + 1)
+    return out
 
 
 def _jump(score: float, score_in: float) -> float:

@@ -10,7 +10,7 @@ largest tensor, not the dump.
 """
 from __future__ import annotations
 
-from inkling_probe.compare import coverage, divergence, floor, relations
+from inkling_probe.compare import coverage, divergence, floor, parallel, relations
 from inkling_probe.compare import steps as decode_steps
 from inkling_probe.compare.align import align, entries
 from inkling_probe.compare.report import Report
@@ -23,7 +23,8 @@ from inkling_probe.store.reader import as_dump
 def compare(ref, cand, control=None, *, threads: int | None = None, **options) -> Report:
     """Compare dump ``cand`` against dump ``ref`` (paths or open dumps); see :func:`_compare`.
 
-    ``threads`` is accepted for compatibility (compare runs on numpy; it has no effect).
+    ``jobs`` (default: the cores) worker processes read and measure pairs ahead of the walk; the
+    report is the same for any ``jobs``. ``threads`` is accepted for compatibility (no effect).
     """
     return _compare(ref, cand, control, **options)
 
@@ -38,7 +39,7 @@ def _filtered(ents: dict, include, steps) -> dict:
 def _compare(ref, cand, control=None, *, name_map=None, metric: str = "rel_rms", threshold: float | None = None,
              k: float = floor.K_DEFAULT, include=None, steps=None, explain: bool = True, max_explain: int = 8,
              explain_keys=(), decisions=(), ref_row: int | None = None, cand_row: int | None = None,
-             progress=None) -> Report:
+             progress=None, jobs: int | None = None) -> Report:
     """Compare dump ``cand`` against dump ``ref`` (paths or open dumps); see docs/COMPARE.md.
 
     ``control`` is a second reference differing only in a benign factor (sets the noise floor per
@@ -71,10 +72,11 @@ def _compare(ref, cand, control=None, *, name_map=None, metric: str = "rel_rms",
     walker = Walker(dumps, ents, report, metric=metric, user=threshold, k=k, decision_globs=decision_globs,
                     batch_rows=(ref_row, cand_row))
     paired = [p for p in al.pairs if p.cand is not None]
-    for i, p in enumerate(paired):
-        report.rows.append(walker.row(p))
-        if progress:
-            progress(i + 1, len(paired), p.key)
+    with parallel.walk_ahead(dumps, ents, paired, metric, (ref_row, cand_row), jobs):
+        for i, p in enumerate(paired):
+            report.rows.append(walker.row(p))
+            if progress:
+                progress(i + 1, len(paired), p.key)
     report.control_rows = walker.control_only_rows()
     decode_steps.link_cache(report.rows)
     divergence.attribute(report.rows)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from inkling_probe.compare import parallel
 from inkling_probe.compare.align import Entry
 from inkling_probe.compare.conform import ShapeMismatch, conform, token_dim_of
 from inkling_probe.compare.metrics import Metrics, compare_tensors
@@ -73,6 +74,10 @@ def measure(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: flo
     ``keep`` keeps the conformed arrays on the result (for decisions and explain); ``realign(r, c)``
     may reorder both conformed arrays (weights in the order of their routing ids)."""
     hashed = same_bits(ref, cand) and batch_rows == (None, None)
+    if not hashed and not keep and realign is None:  # measured ahead in a worker (compare/parallel.py)?
+        ahead = parallel.lookup(ref_dump, ref, cand_dump, cand, metric, rtol, batch_rows)
+        if ahead is not None and not (ahead.token_rows is not None and set_aside(ahead.token_rows)):
+            return ahead
     try:
         r, c = load(ref_dump, ref), load(cand_dump, cand)
     except ValuesNotStored as e:

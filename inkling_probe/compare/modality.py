@@ -205,7 +205,10 @@ class RowsView(Dump):
 
 
 def view(dump: Dump, kind: str, fallback: Dump | None = None) -> RowsView:
-    """``dump`` restricted to modality ``kind``'s rows (ProbeError when no layout is recorded)."""
+    """``dump`` restricted to modality ``kind``'s rows (ProbeError when no layout is recorded).
+
+    Compare views with ``jobs=1``: read-ahead workers reopen dumps by path, and a view's path
+    (``<path>#rows=<kind>``) names no folder, so they could not read it."""
     if kind not in KINDS:
         raise ProbeError(f"--rows {kind!r}: expected one of {', '.join(KINDS)}")
     steps = sorted({r["step"] for r in dump._rows})
@@ -220,4 +223,5 @@ def view(dump: Dump, kind: str, fallback: Dump | None = None) -> RowsView:
     v.__dict__.update(dump.__dict__)
     v._orig = {(r["key"], r["step"], r["call"], r["rank"]): r for r in dump._rows}
     v._restrict(kind, spans_of)
+    v.path = f"{dump.path}#rows={kind}"
     return v

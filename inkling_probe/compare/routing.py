@@ -137,9 +137,11 @@ class RoutingSteps:
         after this key (transformers' routers return their weights before their ids)."""
         label = "candidate" if side is self.cand else "control"
         shape = tuple(p.ref.global_shape())
-        for (k, s, c), e in self.ents["reference"].items():
-            if s != p.step or c != p.call or layer_of(k) != layer_of(p.key) or tuple(e.global_shape()) != shape:
-                continue
+        if getattr(self, "_beside", None) is None:  # indexed once: no scan of every entry per key
+            self._beside = {}
+            for (k, s, c), e in self.ents["reference"].items():
+                self._beside.setdefault((s, c, layer_of(k), tuple(e.global_shape())), []).append((k, s, c, e))
+        for k, s, c, e in self._beside.get((p.step, p.call, layer_of(p.key), shape), []):
             other = self.ents[label].get((k, s, c))
             if other is None or not self.is_decision(k, e, other):
                 continue

@@ -59,8 +59,10 @@ class Dump:
         rows.sort(key=lambda r: (r["step"], r["seq"], r["rank"]))
         self._rows = rows
         self._by_key: dict[str, list[dict]] = defaultdict(list)
+        self._by_ident: dict[tuple, list[dict]] = defaultdict(list)  # (key, step, call) -> rows: no scan a read
         for r in rows:
             self._by_key[r["key"]].append(r)
+            self._by_ident[(r["key"], r["step"], r["call"])].append(r)
         self._files: OrderedDict[int, h5py.File] = OrderedDict()
         self._packs: dict[tuple, np.ndarray] = {}
 
@@ -83,7 +85,7 @@ class Dump:
 
     def rows(self, key: str, step: int = 0, call: int = 0) -> list[dict]:
         """The index rows of one tensor, one per rank that recorded it."""
-        found = [r for r in self._rows_for(key) if r["step"] == step and r["call"] == call]
+        found = list(self._by_ident.get((key, step, call), ()))
         if not found:
             raise KeyNotFound(f"{self.path}: key {key!r} has no step {step}"
                               + (f" call {call}" if call else "") + f" (steps: {self.steps(key)})")

@@ -1,0 +1,282 @@
+"""Read-ahead for compare: the heavy, stateless part of measuring a pair runs in worker processes.
+
+Judging a pair is sequential and carries state (precision so far, token rows set aside after a
+routing change, decisions): it stays in the main process, in the walker, unchanged. What costs
+time is stateless: reading both arrays, conforming their shapes, and the float64 reductions
+(metrics, per-row errors). :class:`ReadAhead` runs exactly that, :func:`measure.measure` with no
+rows set aside, for the pairs the walker will ask for next, ``jobs`` worker processes at a time,
+a bounded window ahead; each worker opens the dumps itself and returns only the small result
+(:class:`Measured`: metrics and one float per token row), so the main process never holds arrays.
+
+The walker's call of ``measure`` takes a result from here only when it would have computed the
+same thing: the same entries, metric, tolerance and batch rows, nothing to keep or realign, and no
+rows to set aside for the result's token rows. Anything else (a guess of the tolerance that turned
+out wrong, a key after a routing change) is measured in the main process as before. So the report
+is identical whatever ``jobs`` is; only the time differs (tests/compare/test_parallel.py).
+
+    with read_ahead(dumps, pairs, plan, jobs=4):
+        ... walker.row(p) for p in pairs ...
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from collections import OrderedDict
+from concurrent.futures import Future, ProcessPoolExecutor
+
+from inkling_probe.compare.align import Entry, Pair
+
+MIN_BYTES = 64 << 20  # below this much data to read, worker start-up costs more than it saves
+_ACTIVE: "ReadAhead | None" = None  # the read-ahead of the compare running in this process
+LAST_WORKERS: dict = {}  # pid -> {"cpu_s", "peak_rss"} of the last read-ahead's workers (benchmarks)
+
+
+def default_jobs() -> int:
+    """The cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+_BLAS_SETTERS = ("openblas_set_num_threads", "scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_",
+                 "scipy_openblas_set_num_threads", "MKL_Set_Num_Threads")
+_BLAS_GETTERS = ("openblas_get_num_threads", "scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_",
+                 "scipy_openblas_get_num_threads", "MKL_Get_Max_Threads")
+
+
+def _blas_libs() -> list:
+    """The BLAS libraries loaded in this process (from /proc/self/maps; none found elsewhere)."""
+    import ctypes
+
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "blas" in line.lower() or "mkl_rt" in line.lower()}
+    except OSError:
+        return []
+    libs = []
+    for path in sorted(paths):
+        try:
+            libs.append(ctypes.CDLL(path))
+        except OSError:
+            continue
+    return libs
+
+
+def set_blas_threads(n: int) -> list:
+    """Set numpy's BLAS to ``n`` threads; returns what undoes it (for :func:`restore_blas_threads`)."""
+    undo = []
+    for lib in _blas_libs():
+        for set_name, get_name in zip(_BLAS_SETTERS, _BLAS_GETTERS):
+            setter, getter = getattr(lib, set_name, None), getattr(lib, get_name, None)
+            if setter is not None and getter is not None:
+                undo.append((setter, int(getter())))
+                setter(n)
+                break
+    return undo
+
+
+def restore_blas_threads(undo: list) -> None:
+    for setter, n in undo:
+        setter(n)
+
+
+@contextlib.contextmanager
+def one_blas_thread():
+    """numpy's BLAS on one thread while the body runs. compare's float64 dot products are
+    memory-bound, one chunk at a time: BLAS threads only spin (measured on a loaded 2-core
+    machine: 3.7x the CPU time, 3.8x the wall time of one thread); ``jobs`` is the parallelism."""
+    undo = set_blas_threads(1)
+    try:
+        yield
+    finally:
+        restore_blas_threads(undo)
+
+
+def key_of(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: float, batch_rows) -> tuple:
+    """What makes two measurements the same computation."""
+    return (ref_dump.path, ref.key, ref.step, ref.call, cand_dump.path, cand.key, cand.step, cand.call,
+            metric, float(rtol), tuple(batch_rows))
+
+
+class Job:
+    """One measurement to run ahead: ``measure(ref, cand, metric, rtol, batch_rows=...)``."""
+
+    __slots__ = ("ref_path", "ref", "cand_path", "cand", "metric", "rtol", "batch_rows", "key", "nbytes")
+
+    def __init__(self, ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: float, batch_rows):
+        self.ref_path, self.ref, self.cand_path, self.cand = ref_dump.path, ref, cand_dump.path, cand
+        self.metric, self.rtol, self.batch_rows = metric, float(rtol), tuple(batch_rows)
+        self.key = key_of(ref_dump, ref, cand_dump, cand, metric, rtol, batch_rows)
+        self.nbytes = sum(int(r.get("numel") or 0) * 4 for r in ref.rows + cand.rows)  # about
+
+
+class ReadAhead:
+    """Runs the :class:`Job` list in order, ``window`` jobs ahead of the one last taken."""
+
+    def __init__(self, plan: list[list[Job]], jobs: int, window: int | None = None):
+        self.plan = plan  # per pair (walk order): its jobs
+        self.jobs = jobs
+        self.window = window or 2 * jobs
+        self.pending: OrderedDict[tuple, tuple[int, Future]] = OrderedDict()
+        self.index = {j.key: i for i, js in enumerate(plan) for j in js}
+        self.next = 0  # first pair not yet submitted
+        self.hits = self.misses = 0
+        self.workers: dict = {}  # pid -> its latest {"cpu_s", "peak_rss"}
+        self.pool = ProcessPoolExecutor(jobs, mp_context=_context(), initializer=_init_worker)
+
+    def take(self, key: tuple):
+        """The worker's :class:`Measured` for ``key`` (waiting for it), or None when not planned."""
+        i = self.index.get(key)
+        if i is None:
+            self.misses += 1
+            return None
+        self._fill(i)
+        self._drop_before(i)
+        got = self.pending.pop(key, None)
+        if got is None:
+            self.misses += 1
+            return None
+        self._fill(i)
+        try:
+            measured, pid, usage = got[1].result()
+        except Exception:  # a worker that died or raised: measured here, raising here if it must
+            self.misses += 1
+            return None
+        self.hits += 1
+        self.workers[pid] = usage
+        return measured
+
+    def _fill(self, i: int) -> None:
+        while self.next < len(self.plan) and self.next <= i + self.window:
+            for j in self.plan[self.next]:
+                self.pending[j.key] = (self.next, self.pool.submit(_run, j))
+            self.next += 1
+
+    def _drop_before(self, i: int) -> None:
+        """Results of pairs already walked past (skipped rows) are never asked for: drop them."""
+        for k in [k for k, (n, _) in self.pending.items() if n < i]:
+            self.pending.pop(k)[1].cancel()
+
+    def close(self) -> None:
+        for _, f in self.pending.values():
+            f.cancel()
+        self.pending.clear()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        LAST_WORKERS.clear()
+        LAST_WORKERS.update(self.workers)
+
+
+def _context():
+    import multiprocessing
+
+
+    # fork shares nothing the workers need (each opens its own files) and starts in milliseconds;
+    # spawn where fork is unsafe or missing.
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
+_DUMPS: dict = {}  # per worker process: path -> open Dump
+_BASE: list = []  # per worker process: its peak RSS after start-up (bytes)
+
+
+def _init_worker() -> None:
+    import numpy  # noqa: F401  (loads its BLAS)
+
+    from inkling_probe.compare import measure  # noqa: F401  (and everything a job imports)
+    from inkling_probe.store import reader  # noqa: F401
+
+    set_blas_threads(1)  # for the worker's life
+    _BASE.append(_usage()["peak_rss"])
+
+
+def _run(job: Job):
+    from inkling_probe.compare.measure import measure
+    from inkling_probe.store.reader import Dump
+
+    def dump(path):
+        if path not in _DUMPS:
+            _DUMPS[path] = Dump(path)
+        return _DUMPS[path]
+
+    m = measure(dump(job.ref_path), job.ref, dump(job.cand_path), job.cand, job.metric, job.rtol,
+                batch_rows=job.batch_rows)
+    return m, os.getpid(), _usage()
+
+
+def _usage() -> dict:
+    """This process's CPU seconds and peak RSS (bytes) so far."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return {"cpu_s": ru.ru_utime + ru.ru_stime, "peak_rss": ru.ru_maxrss * 1024,
+            "base_rss": _BASE[0] if _BASE else 0}
+
+
+def lookup(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: float, batch_rows):
+    """The read-ahead's result for this measurement, or None (no read-ahead, or not planned)."""
+    if _ACTIVE is None:
+        return None
+    return _ACTIVE.take(key_of(ref_dump, ref, cand_dump, cand, metric, rtol, batch_rows))
+
+
+def plan_of(dumps: dict, pairs: list[Pair], rtol_of, metric: str, batch_rows, control_entry) -> list[list[Job]]:
+    """The measurements the walker will ask for, pair by pair, in walk order.
+
+    ``rtol_of(pair)`` is the tolerance the walker is expected to use (a guess: a wrong one only
+    costs a measurement in the main process); ``control_entry(pair)`` the control's entry or None.
+    Pairs settled by the index hashes read nothing and are left out.
+    """
+    from inkling_probe.compare.measure import same_bits
+
+    plan = []
+    for p in pairs:
+        rtol, js = rtol_of(p), []
+        if not (same_bits(p.ref, p.cand) and tuple(batch_rows) == (None, None)):
+            js.append(Job(dumps["reference"], p.ref, dumps["candidate"], p.cand, metric, rtol, batch_rows))
+        ctl = control_entry(p)
+        if ctl is not None and not (same_bits(p.ref, ctl) and batch_rows[0] is None):
+            js.append(Job(dumps["reference"], p.ref, dumps["control"], ctl, metric, rtol, (batch_rows[0], None)))
+        plan.append(js)
+    return plan
+
+
+@contextlib.contextmanager
+def read_ahead(plan: list[list[Job]], jobs: int | None = None, min_bytes: int = MIN_BYTES):
+    """Measure ``plan`` ahead in ``jobs`` worker processes (default: the cores) while the body runs;
+    nothing runs ahead with one job or less than ``min_bytes`` to read."""
+    global _ACTIVE
+    jobs = default_jobs() if jobs is None else jobs
+    total = sum(j.nbytes for js in plan for j in js)
+    if jobs <= 1 or total < min_bytes or _ACTIVE is not None:
+        yield None
+        return
+    ahead = ReadAhead(plan, jobs)
+    _ACTIVE = ahead
+    try:
+        yield ahead
+    finally:
+        _ACTIVE = None
+        ahead.close()
+
+
+def walk_ahead(dumps: dict, ents: dict, pairs: list[Pair], metric: str, batch_rows, jobs: int | None = None,
+               min_bytes: int | None = None):
+    """:func:`read_ahead` for the walker's pairs: the tolerance each is expected to be measured
+    with is the walker's base threshold for the precision seen so far along ``pairs``."""
+    from inkling_probe.compare import floor
+    from inkling_probe.compare.walker import _Side
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(one_blas_thread())
+
+    side, rtols = _Side(), {}
+    for p in pairs:
+        _, _, precision = side.advance(p.key, p.step, [p.ref.dtype, p.cand.dtype])
+        rtols[id(p)] = floor.base_threshold(precision)
+    control = ents.get("control") or {}
+    plan = plan_of(dumps, pairs, lambda p: rtols[id(p)], metric, batch_rows,
+                   lambda p: control.get((p.key, p.step, p.call)) if dumps.get("control") is not None else None)
+    stack.enter_context(read_ahead(plan, jobs, MIN_BYTES if min_bytes is None else min_bytes))
+    return stack
