@@ -43,7 +43,7 @@ def image_patches(image: np.ndarray, patch: int, frames: int = 2) -> torch.Tenso
     """uint8 ``[H, W, 3]`` -> pixel_values ``[N, frames, P, P, 3]`` float32."""
     if image.ndim != 3 or image.shape[2] != 3:
         raise MediaError(f"an image must be [H, W, 3] RGB, got shape {tuple(image.shape)}")
-    x = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1).float()  # [3, H, W]
+    x = torch.from_numpy(np.array(image, dtype=np.uint8)).permute(2, 0, 1).float()  # [3, H, W] (a writable copy)
     rows, cols = patch_grid(x.shape[1], x.shape[2], patch)
     out = torch.full((rows * cols, 3, patch, patch), -1.0)
     for i in range(rows):
