@@ -1,4 +1,6 @@
-"""Eager generation: prefill every request in one forward, then decode them together with the cache.
+"""Generation: prefill every request in one forward, then decode them together; the one generation
+loop (:func:`generation_loop`), whatever runs the forwards (this module's :func:`generate`, the
+runtime, transformers' Inkling in ``run --impl hf``).
 
 End-of-sequence is resolved once (:func:`resolve_eos`), in this order: an explicit setting, the
 tokenizer's ``eos_token_id``, the checkpoint's generation_config.json, config.json's
@@ -17,7 +19,8 @@ from pathlib import Path
 import torch
 
 from inkling_model.plugins import faults
-from inkling_model.layers.context import ForwardContext
+from inkling_model.layers.context import RequestCache, StepContext
+from inkling_model.layers.kv_cache import KVPool
 
 PAD_REQUEST = -1  # the request id of an idle attention-DP group's one-token padding forward
 
@@ -78,14 +81,21 @@ class Generation:
     finish_reason: str = "length"  # "eos" (end id), "stop" (a stop id) or "length"
 
 
-def _pick(logits: torch.Tensor, temperature: float, top_k: int | None, gen: torch.Generator | None) -> torch.Tensor:
+def pick_tokens(logits: torch.Tensor, temperature: float, top_k: int | None,
+                gen: torch.Generator | None) -> torch.Tensor:
+    """The next token of each row of ``logits [R, V]``: argmax (``temperature`` 0), else sampled
+    (``top_k``: among the k largest) with ``gen`` (a CPU generator). -> [R] on the CPU."""
+    logits = logits.float().cpu()
     if temperature == 0:
         return logits.argmax(-1)  # [R]
-    logits = logits.float() / temperature
+    logits = logits / temperature
     if top_k is not None:
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # [R, 1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     return torch.multinomial(torch.softmax(logits, -1), 1, generator=gen)[:, 0]  # [R]
+
+
+_pick = pick_tokens  # the old private name
 
 
 def take_tokens(results: list[Generation], active: list[int], tokens: list[int], eos: Eos,
@@ -101,13 +111,49 @@ def take_tokens(results: list[Generation], active: list[int], tokens: list[int],
     return [r for r in still if len(results[r].tokens) < max_new_tokens]
 
 
-def _pad_forward(model) -> None:
-    """One token of a throwaway request: an idle attention-DP group keeps the collectives in step."""
-    model(torch.zeros(1, dtype=torch.long, device=next(model.parameters()).device),
-          ForwardContext([1], [model.new_cache()], [PAD_REQUEST]), last_only=True)
+def generation_loop(prefill, decode, num_requests: int, max_new_tokens: int, eos: Eos | None = None,
+                    temperature: float = 0.0, top_k: int | None = None, seed: int = 0, on_step=None,
+                    any_active=bool) -> list[Generation]:
+    """The one generation loop, whatever runs the forwards.
+
+    ``prefill() -> logits [R, V]`` of each request's last prompt token (None: nothing of this rank's);
+    ``decode(active, tokens) -> logits [len(active), V]``: one token appended to each of the requests
+    ``active`` (an empty list: a padding step, None back). ``on_step(i, logits [V])`` sees the logits
+    each token of request i is picked from; ``any_active(active)`` whether any request of any
+    attention-DP group still decodes (default: this rank's). Nothing runs for ``max_new_tokens`` 0.
+    """
+    eos = eos if eos is not None else Eos(None)
+    gen = torch.Generator().manual_seed(seed) if temperature else None
+    results = [Generation() for _ in range(num_requests)]
+    active = list(range(num_requests))
+    if max_new_tokens == 0:
+        return results
+    logits = prefill()
+    while True:
+        if active:
+            nxt = pick_tokens(logits, temperature, top_k, gen).tolist()  # [R]
+            if on_step is not None:
+                for row, r in enumerate(active):
+                    on_step(r, logits[row])
+            active = take_tokens(results, active, nxt, eos, max_new_tokens)
+        if not any_active(active):
+            return results
+        logits = decode(active, [results[r].tokens[-1] for r in active])
 
 
-def _any_active(model, active: list[int]) -> bool:
+def _pad_forward(model, pool=None) -> None:
+    """One token of a throwaway request: an idle attention-DP group keeps the collectives in step.
+    With ``pool``: a decode step on its scratch slot (the decode branch, as the other groups run)."""
+    device = next(model.parameters()).device
+    ids = torch.zeros(1, dtype=torch.long, device=device)
+    if pool is None:
+        model(ids, StepContext([1], None, [PAD_REQUEST]), last_only=True)
+    else:
+        zero = torch.zeros(1, dtype=torch.long, device=pool.device)
+        model(ids, StepContext.for_decode(pool, zero + pool.scratch, zero, [PAD_REQUEST], mode="eager"))
+
+
+def any_active(model, active: list[int]) -> bool:
     """Whether any request is still decoding: this rank's, or under attention-DP any group's."""
     if model.tp.dp_size == 1:
         return bool(active)
@@ -116,15 +162,17 @@ def _any_active(model, active: list[int]) -> bool:
 
 
 @torch.no_grad()
-def prefill(model, prompts: list[list[int]], request_ids: list[int] | None = None) -> torch.Tensor | None:
-    """One forward over every prompt (attention-DP: this group's, a padding request when it has none);
-    returns the logits [T, V] (None for padding)."""
+def prefill(model, prompts: list[list[int]], request_ids: list[int] | None = None,
+            caches: list[RequestCache] | None = None, last_only: bool = False) -> torch.Tensor | None:
+    """One forward over every prompt (attention-DP: this group's, a padding request when it has none),
+    writing into ``caches`` if given; returns the logits [T, V] ([R, V] with ``last_only``; None for
+    padding)."""
     if not prompts:
         _pad_forward(model)
         return None
     device = next(model.parameters()).device
     ids = torch.tensor([t for p in prompts for t in p], device=device)
-    return model(ids, ForwardContext([len(p) for p in prompts], None, request_ids))
+    return model(ids, StepContext([len(p) for p in prompts], caches, request_ids), last_only=last_only)
 
 
 @torch.no_grad()
@@ -133,6 +181,8 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int, eos: Eos | No
              request_ids: list[int] | None = None, on_step=None) -> list[Generation]:
     """Greedy (``temperature=0``) or sampled decode of every prompt; ``eos`` from :func:`resolve_eos`.
 
+    Prefill writes each prompt into a slot of one KV pool, then every step decodes one token per
+    active request through the layers' decode branch (the one the runtime runs, eagerly or in graphs).
     Under tensor parallelism every rank calls this with the same prompts and seed and gets the same
     tokens (logits are replicated; sampling uses a generator seeded identically on every rank).
     Under attention-DP each group passes its own prompts (possibly none) and their global
@@ -142,28 +192,17 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int, eos: Eos | No
     """
     if (not prompts and model.tp.dp_size == 1) or any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt needs at least one token")
-    eos = eos if eos is not None else Eos(None)
-    gen = torch.Generator().manual_seed(seed) if temperature else None
     device = next(model.parameters()).device
     ids_of = list(request_ids) if request_ids is not None else list(range(len(prompts)))
-    results = [Generation() for _ in prompts]
-    caches = [model.new_cache() for _ in prompts]
-    active = list(range(len(prompts)))
-    ids = torch.tensor([t for p in prompts for t in p], device=device)
-    ctx = ForwardContext([len(p) for p in prompts], caches, ids_of)
-    for _ in range(max_new_tokens):
-        if active:
-            logits = model(ids, ctx, last_only=True)  # [R, V]
-            nxt = _pick(logits, temperature, top_k, gen).tolist()  # [R]
-            if on_step is not None:
-                for row, r in enumerate(active):
-                    on_step(r, logits[row])
-            active = take_tokens(results, active, nxt, eos, max_new_tokens)
-        else:
-            _pad_forward(model)
-        if not _any_active(model, active):
-            break
-        ids = torch.tensor([results[r].tokens[-1] for r in active], device=device)
-        ctx = ForwardContext([1] * len(active), [caches[r] for r in active], [ids_of[r] for r in active])
-    return results
+    max_len = max([len(p) for p in prompts], default=0) + max_new_tokens
+    pool = KVPool(model, max(len(prompts), 1), max(max_len, 1), device)
+    caches = [pool.new_request() for _ in prompts]
 
+    def decode(active, tokens):
+        if not active:
+            return _pad_forward(model, pool)
+        ids = torch.tensor(tokens, device=device)
+        return model(ids, StepContext([1] * len(active), [caches[r] for r in active], [ids_of[r] for r in active]))
+
+    return generation_loop(lambda: prefill(model, prompts, ids_of, caches, last_only=True), decode, len(prompts),
+                           max_new_tokens, eos, temperature, top_k, seed, on_step, lambda a: any_active(model, a))

@@ -17,12 +17,13 @@ from torch import nn
 
 import inkling_probe
 from inkling_model.config import InklingConfig
-from inkling_model.layers.context import ForwardContext, RequestCache
+from inkling_model.layers.context import RequestCache, StepContext
 from inkling_model.layers.decoder import DecoderLayer
 from inkling_model.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from inkling_model.layers.loading import replicated_loader
 from inkling_model.layers.norm import RMSNorm
 from inkling_model.parallel import Parallel
+from inkling_model.layers.kv_cache import KVPool
 
 
 @contextlib.contextmanager
@@ -54,11 +55,12 @@ class InklingForCausalLM(nn.Module):
             self.norm = RMSNorm(h, config.rms_norm_eps)
             self.unembed = ParallelLMHead(config.vocab_size, h, g)
 
-    def new_cache(self) -> RequestCache:
-        """An empty decode cache for one request."""
-        return RequestCache(self.config.num_hidden_layers)
+    def new_cache(self, max_len: int | None = None) -> RequestCache:
+        """An empty cache for one request: a slot of a one-slot KV pool of ``max_len`` positions
+        (default the config's max_position_embeddings). Several requests: one ``KVPool``, a slot each."""
+        return KVPool(self, 1, max_len or self.config.max_position_embeddings).new_request()
 
-    def forward(self, input_ids: torch.Tensor, ctx: ForwardContext | None = None,
+    def forward(self, input_ids: torch.Tensor, ctx: StepContext | None = None,
                 last_only: bool = False, fuse=None) -> torch.Tensor:
         """Logits [T, V] for the flattened tokens ``input_ids [T]`` of ``ctx``'s requests.
 
@@ -67,7 +69,7 @@ class InklingForCausalLM(nn.Module):
         fusion, inkling_model.multimodal).
         Advances the requests' caches past these tokens.
         """
-        ctx = ctx or ForwardContext.single(input_ids.shape[0])
+        ctx = ctx or StepContext.single(input_ids.shape[0])
         inkling_probe.step(**self.probe_layout(ctx))
         if input_ids.dim() != 1 or input_ids.shape[0] != ctx.num_tokens:
             raise ValueError(f"input_ids must be [T] with T = {ctx.num_tokens}, got {tuple(input_ids.shape)}")
@@ -94,10 +96,10 @@ class InklingForCausalLM(nn.Module):
         logits = self.unembed(h / self.config.logits_mup_width_multiplier)  # [n, V_padded]
         return logits[:, : self.config.logits_vocab_size]
 
-    def probe_layout(self, ctx: ForwardContext) -> dict:
-        """What every probe of this forward declares: how the step runs (``forward``: eager, unless the
-        context says ``static-eager`` or ``graph``) and the DP layout under attention-DP."""
-        meta = dict(getattr(ctx, "step_meta", None) or {"forward": "eager"})
+    def probe_layout(self, ctx: StepContext) -> dict:
+        """What every probe of this forward declares: how the step runs (``forward``: the context's
+        mode, eager, static-eager or graph with ``graph_bs``) and the DP layout under attention-DP."""
+        meta = ctx.step_meta
         if self.tp.dp_size == 1:
             return meta
         ids = ctx.request_ids

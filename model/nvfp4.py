@@ -28,10 +28,19 @@ _BOUNDS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
 _TIE_UP = (False, True, False, True, False, True, False)
 
 
+_TABLES: dict[torch.device, torch.Tensor] = {}
+
+
 def e2m1_table(device=None) -> torch.Tensor:
-    """The 16 E2M1 values indexed by nibble (fp32), negatives at 8..15 (code 8 is -0.0)."""
-    mags = torch.tensor(E2M1_MAGNITUDES, dtype=torch.float32, device=device)
-    return torch.cat([mags, -mags])
+    """The 16 E2M1 values indexed by nibble (fp32), negatives at 8..15 (code 8 is -0.0).
+
+    Made once per device (a host-to-device copy, which a CUDA graph capture must not contain: the
+    decode step's warm-up makes it before capture)."""
+    device = torch.device(device or "cpu")
+    if device not in _TABLES:
+        mags = torch.tensor(E2M1_MAGNITUDES, dtype=torch.float32, device=device)
+        _TABLES[device] = torch.cat([mags, -mags])
+    return _TABLES[device]
 
 
 def round_to_e2m1(x: torch.Tensor) -> torch.Tensor:

@@ -22,17 +22,9 @@ PREFIX = "model.llm."
 FP32_SUFFIXES = ("mlp.gate.bias", "mlp.gate.global_scale", "mlp.global_scale", "sconv.weight")
 
 
-def _attn_dims(config, i: int) -> tuple[int, int, int, int]:
-    """(num_heads, num_kv_heads, head_dim, rel_extent) of layer i."""
-    if config.layer_types[i] == "hybrid_sliding":
-        return (config.swa_num_attention_heads, config.swa_num_key_value_heads, config.swa_head_dim,
-                config.sliding_window_size)
-    return config.num_attention_heads, config.num_key_value_heads, config.head_dim, config.rel_extent
-
-
 def _attn_tensors(config, i: int) -> dict[str, tuple]:
     h, k = config.hidden_size, config.conv_kernel_size
-    nh, nkv, hd, extent = _attn_dims(config, i)
+    nh, nkv, hd, extent, _ = config.attn_dims(i)  # the model's own sizes (config.py), not a copy
     return {
         "attn.wq_du.weight": (nh * hd, h),
         "attn.wk_dv.weight": (nkv * hd, h),

@@ -73,7 +73,7 @@ def _faults(names: tuple[str, ...], impl: str) -> str:
     return text
 
 
-def _check_runtime(config, impl: str, tp: int, cuda_graph: bool, enforce_eager: bool) -> None:
+def _check_runtime(impl: str, dp: int, cuda_graph: bool, enforce_eager: bool) -> None:
     if not (cuda_graph or enforce_eager):
         return
     import torch
@@ -81,10 +81,11 @@ def _check_runtime(config, impl: str, tp: int, cuda_graph: bool, enforce_eager: 
     flag = "--cuda-graph" if cuda_graph else "--enforce-eager"
     if cuda_graph and not torch.cuda.is_available():
         raise BadInput("--cuda-graph needs a CUDA device, and torch.cuda.is_available() is False here")
-    if impl != "native" or tp != 1:
-        raise BadInput(f"{flag} runs inkling_model's decode runtime at --tp 1 (--impl native)")
-    if config.quant_method is not None:
-        raise BadInput(f"{flag}: the decode runtime needs bf16/fp32 routed experts, not {config.quant_method}")
+    if impl != "native":
+        raise BadInput(f"{flag} runs inkling_model's decode runtime (--impl native)")
+    if cuda_graph and not enforce_eager and dp > 1:
+        raise BadInput("--cuda-graph: graphs under attention-DP (--dp > 1) are not supported; "
+                       "add --enforce-eager for the eager runtime")
 
 
 def _check_environment(config) -> None:
@@ -137,6 +138,9 @@ def _check_allreduce(spec: str) -> None:
 
 
 # -- the runs (module level: spawned ranks import them) ---------------------------------------
+RUNTIME_OPTIONS = ("dp", "expert_parallel", "cuda_graph", "enforce_eager")  # the model's, not sampling
+
+
 def _check_force_routing(path, impl: str, cuda_graph: bool) -> None:
     if not path:
         return
@@ -158,12 +162,14 @@ def _dtype(name: str):
 
 
 def native_rank(rank: int, world: int, ckpt: str, dtype: str, prompts: list[list[int]], max_new: int,
-                eos, dump: str | None, gen: dict) -> dict:
+                eos, dump: str | None, gen: dict, runtime: dict | None = None) -> dict:
     """One rank of a native run: load, then prefill (+ decode) with recording on.
 
-    ``prompts``: a list of prompts (one flat list of ids: one prompt). ``gen["dp"]`` (default 1)
-    attention-DP groups: group g serves requests g, g + dp, ... Returns
-    ``{"responses": [{"id", "tokens", "finish_reason", "steps"}, ...]}`` for this rank's requests.
+    ``prompts``: a list of prompts (one flat list of ids: one prompt). ``gen``: the sampling options
+    (temperature, top_k, seed). ``runtime``: the model's (``dp`` attention-DP groups, default 1:
+    group g serves requests g, g + dp, ...; ``expert_parallel``; ``cuda_graph`` / ``enforce_eager``:
+    decode through the runtime). Returns ``{"responses": [{"id", "tokens", "finish_reason", "steps"},
+    ...]}`` for this rank's requests.
     """
     from inkling_model import parallel
     from inkling_model.checkpoint.shards import CheckpointError
@@ -171,31 +177,32 @@ def native_rank(rank: int, world: int, ckpt: str, dtype: str, prompts: list[list
     from inkling_model.plugins.genlog import StepLog
     from inkling_model.model import InklingForCausalLM
     from inkling_model.checkpoint.weights import load_checkpoint
-
-    gen = dict(gen)
     from inkling_model.plugins import forced_routing
+
     forced_routing.reset()  # a forced run starts at the reference's first step
+    legacy = {k: v for k, v in gen.items() if k in RUNTIME_OPTIONS}  # the old form: model flags in ``gen``
+    gen = {k: v for k, v in gen.items() if k not in RUNTIME_OPTIONS}
+    opts = {**dict.fromkeys(RUNTIME_OPTIONS, False), "dp": 1, **legacy, **(runtime or {})}
     prompts = [prompts] if prompts and isinstance(prompts[0], int) else prompts
     config = InklingConfig.from_pretrained(ckpt)
-    cuda_graph, enforce_eager = gen.pop("cuda_graph", False), gen.pop("enforce_eager", False)
-    tp = parallel.init(dp_size=gen.pop("dp", 1), expert_parallel=gen.pop("expert_parallel", False))
+    tp = parallel.init(dp_size=opts["dp"], expert_parallel=opts["expert_parallel"])
     model = InklingForCausalLM(config, tp, _dtype(dtype))
     try:
         load_checkpoint(model, ckpt, config)
     except CheckpointError as e:
         return {"error": str(e)}
-    model.to("cuda" if cuda_graph else "cpu")
+    model.to(_device(opts["cuda_graph"], rank))
     from inkling_probe.errors import ProbeError
 
     mine = list(range(tp.dp_peers.rank, len(prompts), tp.dp_size))
     steps = StepLog(len(mine))
     try:
-        return _record_rank(model, prompts, mine, steps, max_new, eos, dump, gen, cuda_graph, enforce_eager)
+        return _record_rank(model, prompts, mine, steps, max_new, eos, dump, gen, opts)
     except ProbeError as e:  # e.g. a filter that recorded nothing: one line from any rank
         return {"error": str(e)}
 
 
-def _record_rank(model, prompts, mine, steps, max_new, eos, dump, gen, cuda_graph, enforce_eager) -> dict:
+def _record_rank(model, prompts, mine, steps, max_new, eos, dump, gen, opts) -> dict:
     import contextlib
 
     import torch
@@ -203,65 +210,77 @@ def _record_rank(model, prompts, mine, steps, max_new, eos, dump, gen, cuda_grap
     import inkling_probe
     from inkling_model.generate import generate, prefill
 
+    own = [prompts[i] for i in mine]
     with inkling_probe.recording(dump) if dump else contextlib.nullcontext(), torch.no_grad():
         if max_new == 0:
-            prefill(model, [prompts[i] for i in mine], mine)
+            prefill(model, own, mine)
             return {"responses": [{"id": i, "tokens": [], "finish_reason": "prefill only", "steps": []}
                                   for i in mine]}
-        if cuda_graph or enforce_eager:  # the decode runtime: static pool, graphs unless enforce_eager (one request)
+        if opts["cuda_graph"] or opts["enforce_eager"]:  # the decode runtime: static pool, graphs unless eager
             from inkling_model.runtime.runtime import Runtime
 
-            rt = Runtime(model, max_batch=1, max_len=len(prompts[0]) + max_new + 1, cuda_graph=cuda_graph,
-                         enforce_eager=enforce_eager)
-            out = rt.generate(prompts[:1], max_new, eos, **gen)
+            rt = Runtime(model, max_batch=max(len(own), 1), max_len=max(len(p) for p in prompts) + max_new + 1,
+                         cuda_graph=opts["cuda_graph"], enforce_eager=opts["enforce_eager"])
+            out = rt.generate(own, max_new, eos, request_ids=mine, on_step=steps, **gen)
         else:
-            out = generate(model, [prompts[i] for i in mine], max_new, eos, request_ids=mine, on_step=steps, **gen)
+            out = generate(model, own, max_new, eos, request_ids=mine, on_step=steps, **gen)
     return {"responses": [{"id": i, "tokens": o.tokens, "finish_reason": o.finish_reason, "steps": steps.of(k)}
                           for k, (i, o) in enumerate(zip(mine, out))]}
 
 
+def _device(cuda: bool, rank: int):
+    """The GPU of this rank (one per rank) with --cuda-graph, else the CPU."""
+    if not cuda:
+        return "cpu"
+    import torch
+
+    device = torch.device("cuda", rank % torch.cuda.device_count())
+    torch.cuda.set_device(device)  # NCCL's device for this rank
+    return device
+
+
 def hf_run(ckpt: str, dtype: str, ids: list[int], max_new: int, eos, dump: str, gen: dict) -> dict:
-    """transformers' Inkling with module capture; the same prefill/decode steps as the native run."""
+    """transformers' Inkling with module capture; the same prefill/decode steps as the native run
+    (the one generation loop, :func:`inkling_model.generate.generation_loop`)."""
     import torch
 
     import inkling_probe
     from inkling_model.checkpoint.shards import CheckpointError
-    from inkling_model.generate import _pick
     from inkling_model.checkpoint.hf_reference import load_hf_model
+    from inkling_model.generate import generation_loop
 
     try:
         model = load_hf_model(ckpt, _dtype(dtype))
     except CheckpointError as e:
         return {"error": str(e)}
-    g = torch.Generator().manual_seed(gen["seed"]) if gen["temperature"] else None
-    tokens, reason, cache, step_ids = [], "length", None, torch.tensor([ids])
+    state = {"cache": None}
+
+    def forward(step_ids):
+        inkling_probe.step(forward="eager")  # how the step ran, as inkling_model's steps say it
+        out = model(input_ids=torch.tensor([step_ids]), cache=state["cache"], use_cache=True)
+        state["cache"] = out.cache
+        return out.logits[:, -1]  # [1, V]
+
     with inkling_probe.record(model, dump, name_map="hf_inkling"), torch.no_grad():
-        for _ in range(max(max_new, 1)):
-            inkling_probe.step(forward="eager")  # how the step ran, as inkling_model's steps say it
-            out = model(input_ids=step_ids, cache=cache, use_cache=True)
-            if max_new == 0:
-                return {"tokens": [], "finish_reason": "prefill only"}
-            cache = out.cache
-            tok = int(_pick(out.logits[:, -1], gen["temperature"], gen["top_k"], g)[0])
-            tokens.append(tok)
-            if tok in eos.ids:
-                reason = "eos" if tok == eos.end_id else "stop"
-                break
-            step_ids = torch.tensor([[tok]])
-    return {"tokens": tokens, "finish_reason": reason}
+        if max_new == 0:
+            forward(ids)
+            return {"tokens": [], "finish_reason": "prefill only"}
+        out = generation_loop(lambda: forward(ids), lambda active, tokens: forward(tokens), 1, max_new, eos, **gen)
+    return {"tokens": out[0].tokens, "finish_reason": out[0].finish_reason}
 
 
-def _run(impl, ckpt, tp, dp, dtype, prompts, max_new, eos, dump, gen) -> list[dict]:
+def _run(impl, ckpt, tp, dp, dtype, prompts, max_new, eos, dump, gen, runtime=None) -> list[dict]:
     """Every request's response, in request order (or one ``{"error": ...}``)."""
     if impl == "hf":
         out = hf_run(ckpt, dtype, prompts[0], max_new, eos, dump, gen)
         return [out if "error" in out else {"id": 0, "steps": [], **out}]
     if tp * dp == 1:
-        results = [native_rank(0, 1, ckpt, dtype, prompts, max_new, eos, dump, gen)]
+        results = [native_rank(0, 1, ckpt, dtype, prompts, max_new, eos, dump, gen, runtime)]
     else:
         from inkling_model.parallel import spawn
 
-        results = spawn(native_rank, tp * dp, ckpt, dtype, prompts, max_new, eos, dump, gen)
+        backend = "nccl" if (runtime or {}).get("cuda_graph") else "gloo"  # graphs: one GPU a rank
+        results = spawn(native_rank, tp * dp, ckpt, dtype, prompts, max_new, eos, dump, gen, runtime, backend=backend)
     errors = [r for r in results if "error" in r]
     if errors:
         return errors[:1]
@@ -335,9 +354,7 @@ def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, dp, max_new_
         "ENFORCE_EAGER_ENV")
     _check_parallel(config, tp, dp, impl, len(prompts))
     fault_text = _faults(fault, impl)
-    _check_runtime(config, impl, tp, cuda_graph, enforce_eager)
-    if (cuda_graph or enforce_eager) and (dp > 1 or len(prompts) > 1):
-        raise BadInput("--cuda-graph/--enforce-eager decode one request: pass --tokens once, without --dp")
+    _check_runtime(impl, dp, cuda_graph, enforce_eager)
     _check_allreduce(allreduce_spec or "")
     _check_outputs(dump, gen_log, impl)
     _check_force_routing(force_routing, impl, cuda_graph)
@@ -352,15 +369,14 @@ def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, dp, max_new_
         eos_spec = _resolve_eos(eos, tokenizer, ckpt_dir)
         _check_eos(sorted(eos_spec.ids), config.vocab_size, f"end of sequence from {eos_spec.source}")
         gen = dict(temperature=temperature, top_k=top_k, seed=seed)
-        if impl == "native":
-            gen.update(expert_parallel=expert_parallel, dp=dp, cuda_graph=cuda_graph, enforce_eager=enforce_eager)
+        runtime = dict(expert_parallel=expert_parallel, dp=dp, cuda_graph=cuda_graph, enforce_eager=enforce_eager)
         if media is not None:
             from inkling_model.multimodal.run import run_multimodal
 
             responses = run_multimodal(impl, str(ckpt_dir), tp, dtype, prompts, max_new_tokens, eos_spec, dump,
                                        gen, media)
         else:
-            responses = _run(impl, str(ckpt_dir), tp, dp, dtype, prompts, max_new_tokens, eos_spec, dump, gen)
+            responses = _run(impl, str(ckpt_dir), tp, dp, dtype, prompts, max_new_tokens, eos_spec, dump, gen, runtime)
     finally:
         for k, v in old.items():
             if v is None:

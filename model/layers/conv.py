@@ -6,14 +6,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from inkling_model.layers.context import ForwardContext
+from inkling_model.layers.context import StepContext
 from inkling_model.layers.loading import make_param, replicated_loader, shard_loader
 from inkling_model.parallel import Group, divide
-from inkling_model.layers.decode import decode_conv
 
 
 class ShortConv(nn.Module):
-    """y = conv(x) + x per channel, causal within each request; decode keeps kernel-1 inputs.
+    """y = conv(x) + x per channel, causal within each request; a request's last kernel-1 inputs are
+    kept in its pool slot (``pool.conv[(layer_idx, name)]``) for the next forward.
 
     ``group`` None: channels replicated (the hidden-size convs); else channels split like the
     column-parallel projection feeding it (the k/v convs).
@@ -29,21 +29,28 @@ class ShortConv(nn.Module):
             self.channels, loader = divide(channels, group.size), shard_loader(0, group.rank, group.size)
         self.weight = make_param((self.channels, 1, kernel), loader, torch.float32)
 
-    def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
-        if getattr(ctx, "pool", None) is not None:  # decode over the static pool (model/layers/decode.py)
-            return decode_conv(self, x, ctx)
-        outs = [self._one(seg, ctx.cache(i)) for i, seg in enumerate(x.split(ctx.seq_lens))]
+    def forward(self, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:
+        if ctx.is_decode:  # one token per slot, static shapes
+            states = ctx.pool.conv[(self.layer_idx, self.name)]  # [S+1, K-1, C]
+            y, states[ctx.slots] = self._conv(states[ctx.slots], x[:, None])  # [B, 1, C], [B, K-1, C]
+            return y[:, 0]  # [B, C]
+        outs = [self._prefill(seg, ctx.cache(i)) for i, seg in enumerate(x.split(ctx.seq_lens))]
         return torch.cat(outs)  # [T, C]
 
-    def _one(self, x: torch.Tensor, cache) -> torch.Tensor:
-        xf = x.float()  # [t, C]
-        state = None
+    def _prefill(self, x: torch.Tensor, cache) -> torch.Tensor:
+        if cache is None:
+            state = x.new_zeros(1, self.kernel - 1, self.channels, dtype=torch.float32)  # [1, K-1, C]
+        else:
+            state = cache.pool.conv[(self.layer_idx, self.name)][cache.slot][None]  # zeros for a new slot
+        y, new = self._conv(state, x[None])  # [1, t, C], [1, K-1, C]
         if cache is not None:
-            state = cache.layers[self.layer_idx].conv.get(self.name)
-        if state is None:
-            state = xf.new_zeros(self.kernel - 1, self.channels)  # [K-1, C]
-        xin = torch.cat([state, xf])  # [K-1+t, C]
-        if cache is not None:
-            cache.layers[self.layer_idx].conv[self.name] = xin[-(self.kernel - 1):].clone()
-        y = F.conv1d(xin.t().unsqueeze(0), self.weight, groups=self.channels)[0].t()  # [t, C]
-        return (y + xf).to(x.dtype)
+            cache.pool.conv[(self.layer_idx, self.name)][cache.slot] = new[0]
+        return y[0]
+
+    def _conv(self, state: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The kernel of both branches: x [B, t, C] after the fp32 inputs state [B, K-1, C];
+        -> (y [B, t, C] in x's dtype, the last K-1 inputs [B, K-1, C])."""
+        xf = x.float()  # [B, t, C]
+        xin = torch.cat([state, xf], 1)  # [B, K-1+t, C]
+        y = F.conv1d(xin.transpose(1, 2), self.weight, groups=self.channels).transpose(1, 2)  # [B, t, C]
+        return (y + xf).to(x.dtype), xin[:, -(self.kernel - 1):]  # a view: the caller copies it into the pool

@@ -8,7 +8,7 @@ from torch import nn
 import inkling_probe
 from inkling_model.plugins import faults
 from inkling_model.layers.attention import Attention
-from inkling_model.layers.context import ForwardContext
+from inkling_model.layers.context import StepContext
 from inkling_model.layers.conv import ShortConv
 from inkling_model.layers.mlp import DenseMLP
 from inkling_model.layers.moe import MoE
@@ -30,7 +30,7 @@ class DecoderLayer(nn.Module):
         self.mlp = MoE(config, layer_idx, tp) if config.is_moe(layer_idx) else DenseMLP(config, layer_idx, tp)
         self.mlp_sconv = ShortConv(h, k, layer_idx, "mlp")
 
-    def forward(self, h: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+    def forward(self, h: torch.Tensor, ctx: StepContext) -> torch.Tensor:
         p = self.prefix
         x = self.attn_norm(h)  # [T, H]
         if self.layer_idx == faults.RENORM_LAYER and faults.is_active("renorm_rows"):
@@ -42,7 +42,7 @@ class DecoderLayer(nn.Module):
         inkling_probe.probe(f"{p}.resid_attn", h)
         x = self.mlp_norm(h)
         inkling_probe.probe(f"{p}.mlp_norm", x)
-        x = self.mlp_sconv(self.mlp(x), ctx)
+        x = self.mlp_sconv(self.mlp(x, ctx), ctx)
         inkling_probe.probe(f"{p}.mlp_sconv", x)
         h = h + x
         inkling_probe.probe(f"{p}.resid", h)

@@ -29,7 +29,8 @@ class DenseMLP(nn.Module):
         self.w2_md = RowParallelLinear(inter, h, g, name=f"{self.prefix}.out")
         self.global_scale = make_param((1,), replicated_loader)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ctx=None) -> torch.Tensor:
+        """``ctx`` is unused (the MoE's dispatch depends on it; the dense MLP's math does not)."""
         y = self.w2_md(swiglu_interleaved(self.w13_dn(x)), reduce=False)  # [T, H] partial
         if self.tp.dp_size > 1 and faults.is_active("adp_dense_allreduce"):
             y = _reduce_over_world(y, self.tp)

@@ -12,25 +12,11 @@ from torch import nn
 
 import inkling_probe
 from inkling_model import allreduce
+from inkling_model.layers.context import StepContext
 from inkling_model.layers.experts import RoutedExperts
 from inkling_model.layers.router import Router
 from inkling_model.layers.shared import SharedExperts
 from inkling_model.parallel import Parallel
-
-
-def routed_experts_class(config, layer_idx: int):
-    """RoutedExperts, or the NVFP4 one (model/layers/experts_nvfp4.py) for quantized layers."""
-    quant = config.expert_quant(layer_idx)
-    if quant is None:
-        return RoutedExperts
-    if quant == "nvfp4":
-        try:
-            from inkling_model.layers.experts_nvfp4 import NvFp4RoutedExperts
-        except ImportError as e:
-            raise NotImplementedError(f"layer {layer_idx}: NVFP4 routed experts need "
-                                      f"inkling_model.layers.experts_nvfp4 ({e})") from e
-        return NvFp4RoutedExperts
-    raise ValueError(f"layer {layer_idx}: unknown expert quantization {quant!r}")
 
 
 class MoE(nn.Module):
@@ -40,17 +26,18 @@ class MoE(nn.Module):
         super().__init__()
         self.tp, self.prefix = tp, f"layers.{layer_idx}.mlp"
         self.gate = Router(config, layer_idx)
-        self.experts = routed_experts_class(config, layer_idx)(config, layer_idx, tp)
+        self.experts = RoutedExperts(config, layer_idx, tp)  # bf16 or NVFP4 weights (config.expert_quant)
         self.shared_experts = SharedExperts(config, layer_idx, tp)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ctx: StepContext | None = None) -> torch.Tensor:
+        """``ctx``: a decode step takes the experts' gathered (static-shape) dispatch."""
         p = self.prefix
         logits, w, idx, gammas = self.gate(x)  # [T, E], [T, k], [T, k], [T, S]
         inkling_probe.probe(f"{p}.router_logits", logits)
         inkling_probe.probe(f"{p}.topk_idx", idx, kind="decision", scores=f"{p}.router_logits")
         inkling_probe.probe(f"{p}.topk_w", w)
         inkling_probe.probe(f"{p}.shared_gammas", gammas)
-        routed = self._routed(x, idx, w)  # [T, H]
+        routed = self._routed(x, idx, w, ctx is not None and ctx.is_decode)  # [T, H]
         shared = self.shared_experts(x, gammas)  # [T, H] partial over the attention group
         inkling_probe.probe(f"{p}.shared", shared, shard="partial")
         shared = allreduce.all_reduce(shared, self.tp.attn, f"{p}.shared")
@@ -58,10 +45,10 @@ class MoE(nn.Module):
         inkling_probe.probe(f"{p}.out", out)
         return out
 
-    def _routed(self, x, idx, w) -> torch.Tensor:
+    def _routed(self, x, idx, w, gathered: bool) -> torch.Tensor:
         dp = self.tp.dp_peers
         if dp.size == 1:
-            routed = self.experts(x, idx, w)  # [T, H] partial over every rank
+            routed = self.experts(x, idx, w, gathered)  # [T, H] partial over every rank
             inkling_probe.probe(f"{self.prefix}.experts", routed, shard="partial")
             return allreduce.all_reduce(routed, self.tp.moe, f"{self.prefix}.experts")
         sizes = dp.all_gather_sizes(x.shape[0])
@@ -69,7 +56,7 @@ class MoE(nn.Module):
         xs, idxs, ws = (torch.nn.functional.pad(t, (0, 0, 0, pad)) for t in (x, idx, w))
         xs, idxs, ws = (dp.all_gather(t, 0) for t in (xs, idxs, ws))  # [dp*Tmax, ...]
         keep = torch.cat([torch.arange(n) + r * max(sizes) for r, n in enumerate(sizes)])
-        routed = self.experts(xs[keep], idxs[keep], ws[keep])  # [sum T, H] partial over every rank
+        routed = self.experts(xs[keep], idxs[keep], ws[keep], gathered)  # [sum T, H] partial over every rank
         routed = self.tp.moe.all_reduce(routed)
         start = sum(sizes[: dp.rank])
         routed = routed[start: start + x.shape[0]]  # this rank's own requests

@@ -15,7 +15,7 @@ from torch import nn
 import inkling_probe
 
 from inkling_model.config import InklingConfig
-from inkling_model.layers.context import ForwardContext
+from inkling_model.layers.context import StepContext
 from inkling_model.model import InklingForCausalLM, _default_dtype
 from inkling_model.parallel import Parallel
 
@@ -45,9 +45,9 @@ class InklingForConditionalGeneration(nn.Module):
             self.visual = VisionTower(mm.vision)
             self.audio = AudioTower(mm.audio)
 
-    def new_cache(self):
-        """An empty decode cache for one request."""
-        return self.llm.new_cache()
+    def new_cache(self, *args, **kwargs):
+        """An empty decode cache for one request (as the text model's)."""
+        return self.llm.new_cache(*args, **kwargs)
 
     def encode(self, media: MediaInputs) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Tower rows (image [Ni, H], audio [Na, H]) of ``media``."""
@@ -56,7 +56,7 @@ class InklingForConditionalGeneration(nn.Module):
         audio = None if media.audio_ids is None else self.audio(media.audio_ids.to(dev))
         return image, audio
 
-    def forward(self, input_ids: torch.Tensor, ctx: ForwardContext | None = None, last_only: bool = False,
+    def forward(self, input_ids: torch.Tensor, ctx: StepContext | None = None, last_only: bool = False,
                 media: MediaInputs | None = None) -> torch.Tensor:
         """Logits as :meth:`InklingForCausalLM.forward`; ``media`` (prefill) is fused at its placeholders."""
         if media is None or media.empty:  # text only (decode steps): the fused stream is the embedding

@@ -36,8 +36,8 @@ class MediaOnce(nn.Module):
         super().__init__()
         self.model, self.media, self.tp = model, media, model.tp
 
-    def new_cache(self):
-        return self.model.new_cache()
+    def new_cache(self, *args, **kwargs):
+        return self.model.new_cache(*args, **kwargs)
 
     def forward(self, ids, ctx=None, last_only: bool = False):
         media, self.media = self.media, None

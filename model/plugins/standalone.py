@@ -35,7 +35,7 @@ def describe(ckpt: str, key: str) -> dict | None:
 def build(config: dict, key: str, tensors: dict, dtype):
     """Module ``key`` alone (TP=1, parameters in ``dtype``), loaded from its native ``tensors``."""
     from inkling_model.config import InklingConfig
-    from inkling_model.layers.moe import routed_experts_class
+    from inkling_model.layers.experts import RoutedExperts
     from inkling_model.model import _default_dtype
     from inkling_model.parallel import Parallel
     from inkling_model.checkpoint.weights import load_tensors
@@ -43,6 +43,6 @@ def build(config: dict, key: str, tensors: dict, dtype):
     cfg = InklingConfig.from_dict(config)
     layer = int(_EXPERTS.match(key)[1])
     with _default_dtype(dtype):
-        module = routed_experts_class(cfg, layer)(cfg, layer, Parallel())
+        module = RoutedExperts(cfg, layer, Parallel())  # bf16 or NVFP4 weights, as the config says
     load_tensors(module, tensors, config=cfg, module_prefix=key + ".")
     return module.eval()

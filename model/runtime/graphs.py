@@ -13,7 +13,7 @@ import contextlib
 import torch
 
 import inkling_probe
-from inkling_model.layers.decode import DecodeContext, static_shapes
+from inkling_model.layers.context import StepContext
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 
@@ -37,23 +37,16 @@ class StaticInputs:
         self.slots[n:bs].fill_(self.scratch)
         self.positions[n:bs].zero_()
 
-    def context(self, pool, bs: int, step_meta: dict | None = None) -> DecodeContext:
-        return DecodeContext(pool, self.slots[:bs], self.positions[:bs], dict(step_meta or STATIC_EAGER))
+    def context(self, pool, bs: int, request_ids=None, mode: str = "static-eager",
+                graph_bs: int | None = None) -> StepContext:
+        return StepContext.for_decode(pool, self.slots[:bs], self.positions[:bs], request_ids, mode, graph_bs)
 
 
-STATIC_EAGER = {"forward": "static-eager"}  # step meta of an eager decode over the static buffers
-
-
-def graph_meta(bs: int) -> dict:
-    """Step meta of the probes a replay of the batch-``bs`` graph records (planned at its warm-up)."""
-    return {"forward": "graph", "graph_bs": bs}
-
-
-def decode_step(model, inputs: StaticInputs, pool, bs: int, step_meta: dict | None = None) -> torch.Tensor:
-    """One decode forward on the first ``bs`` static rows: logits [bs, V]; ``step_meta`` says how it
-    runs (stored with every probe of the step; default: static-buffer eager)."""
-    with static_shapes():
-        return model(inputs.ids[:bs], inputs.context(pool, bs, step_meta))
+def decode_step(model, inputs: StaticInputs, pool, bs: int, mode: str = "static-eager",
+                request_ids=None) -> torch.Tensor:
+    """One decode forward on the first ``bs`` static rows: logits [bs, V]."""
+    graph_bs = bs if mode == "graph" else None
+    return model(inputs.ids[:bs], inputs.context(pool, bs, request_ids, mode, graph_bs))
 
 
 class GraphRunner:
@@ -81,14 +74,14 @@ class GraphRunner:
             self._capture(bs)
 
     def _capture(self, bs: int) -> None:
-        with self._planning(bs):  # warm-up: eager run (tunes auto all-reduce, allocates staging); its
-            decode_step(self.model, self.inputs, self.pool, bs, graph_meta(bs))  # probe meta is the replay's
+        with self._planning(bs):  # warm-up: eager run (tunes auto all-reduce, allocates staging)
+            decode_step(self.model, self.inputs, self.pool, bs, "graph")
         torch.cuda.synchronize(self.device)
         g = torch.cuda.CUDAGraph(keep_graph=True) if self.debug else torch.cuda.CUDAGraph()
         if self.debug:  # keeps the cudaGraph_t for debug_dump (node counts)
             g.enable_debug_mode()
         with torch.cuda.graph(g, pool=self.mempool), self._capturing(bs):
-            self.outputs[:bs] = decode_step(self.model, self.inputs, self.pool, bs, graph_meta(bs))
+            self.outputs[:bs] = decode_step(self.model, self.inputs, self.pool, bs, "graph")
         self.mempool = self.mempool or g.pool()
         self.graphs[bs] = g
         torch.cuda.synchronize(self.device)

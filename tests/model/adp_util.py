@@ -13,6 +13,6 @@ def dp_jobs(rank: int, world: int, ckpt: str, prompts: list[list[int]], eos: int
     out = []
     for names, max_new, dump in jobs:
         with faults.activate(names):
-            gen = dict(temperature=0.0, top_k=None, seed=0, expert_parallel=False, dp=2)
-            out.append(native_rank(rank, world, ckpt, "fp32", prompts, max_new, Eos(eos), dump, gen))
+            gen = dict(temperature=0.0, top_k=None, seed=0)
+            out.append(native_rank(rank, world, ckpt, "fp32", prompts, max_new, Eos(eos), dump, gen, dict(dp=2)))
     return out

@@ -40,3 +40,23 @@ def test_recording_changed_after_capture_is_an_error(tmp_path):
     with inkling_probe.recording(tmp_path / "c", writer="inline"):
         with pytest.raises(RuntimeError, match="new recording started"):
             r._recording()
+
+
+@pytest.mark.parametrize("quant", [None, "nvfp4"])
+def test_decode_step_has_no_data_dependent_op(quant):
+    """The decode step (bf16 and NVFP4 routed experts) runs on the meta device, where a data-dependent
+    op (unique, nonzero, .item(), .tolist(): a host sync, which capture forbids) cannot; prefill's
+    grouped experts (torch.unique) cannot, so the check can fail."""
+    from inkling_model.config import InklingConfig
+    from inkling_model.layers.kv_cache import KVPool
+    from inkling_model.model import InklingForCausalLM
+    from inkling_model.runtime.graphs import decode_step
+
+    cfg = InklingConfig.preset("tiny", quant_method=quant)
+    with torch.device("meta"):
+        model = InklingForCausalLM(cfg, dtype=torch.bfloat16)
+    pool = KVPool(model, 2, 16, device="meta")
+    out = decode_step(model, StaticInputs(2, pool.scratch, "meta"), pool, 2, "graph")
+    assert out.shape == (2, cfg.logits_vocab_size) and out.is_meta
+    with pytest.raises(NotImplementedError, match="unique"):
+        model(torch.zeros(3, dtype=torch.long, device="meta"))

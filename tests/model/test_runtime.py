@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from inkling_model.generate import generate
-from inkling_model.runtime.kv_pool import KVPool
+from inkling_model.layers.kv_cache import KVPool
 from inkling_model.runtime.runtime import Runtime
 
 from graph_util import tiny_model
@@ -117,3 +117,35 @@ def test_tp2_runtime_equals_tp1_for_both_strategies():
     for strategy in ("nccl", "oneshot"):
         assert torch.equal(r0[strategy], r1[strategy]), strategy
         assert rel_rms(r0[strategy], ref) <= 1e-5, strategy
+
+
+def test_chunked_prefill_into_one_slot_equals_full_forward(model):
+    """A request continued by chunks longer than one token (one of them longer than the sliding window,
+    8): each chunk reads its past keys from the slot and writes its own (the ring keeps the last 8)."""
+    from inkling_model.layers.context import StepContext
+
+    ids = torch.randint(0, model.config.vocab_size, (30,), generator=torch.Generator().manual_seed(1))
+    pool = KVPool(model, num_slots=2, max_len=32)
+    other, cache = pool.new_request(), pool.new_request()  # slot 1: slot 0 must stay untouched
+    with torch.no_grad():
+        got = [model(ids[a:b], StepContext([b - a], [cache])) for a, b in ((0, 5), (5, 15), (15, 18), (18, 19), (19, 30))]
+    assert cache.length == 30 and other.length == 0
+    assert all(float(t[other.slot].abs().max()) == 0 for t in (*pool.k.values(), *pool.conv.values()))
+    assert rel_rms(torch.cat(got), _full_logits(model, ids.tolist())) <= 1e-5
+    before = [t.clone() for t in pool.k.values()]
+    with pytest.raises(ValueError, match="request of 33 tokens exceeds the pool's max_len 32"):
+        model(ids[:3], StepContext([3], [cache]))  # refused before any layer writes
+    assert all(torch.equal(a, b) for a, b in zip(before, pool.k.values()))
+
+
+def test_graphs_under_attention_dp_are_refused():
+    """Graphs under attention-DP: one line (the MoE's token gather has per-step sizes); eager is fine."""
+    from inkling_model.config import InklingConfig
+    from inkling_model.model import InklingForCausalLM
+    from inkling_model.parallel import Group, Parallel
+
+    tp = Parallel(world=Group(0, 2, None), attn=Group(), dp_peers=Group(0, 2, None))
+    with torch.device("meta"):
+        model = InklingForCausalLM(InklingConfig.preset("tiny"), tp)
+    with pytest.raises(ValueError, match="CUDA graphs under attention-DP .* are not supported"):
+        Runtime(model, cuda_graph=True)

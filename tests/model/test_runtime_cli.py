@@ -50,5 +50,27 @@ def test_cuda_graph_without_cuda_is_bad_input(ckpt, tmp_path):
 def test_bad_runtime_options(ckpt, tmp_path):
     r = _run("--ckpt", ckpt, "--tokens", TOKENS, "--allreduce", "ring", "--dump", str(tmp_path / "d"))
     assert r.exit_code == 2 and "unknown strategy 'ring'" in r.output
-    r = _run("--ckpt", ckpt, "--tokens", TOKENS, "--enforce-eager", "--tp", "2", "--dump", str(tmp_path / "d"))
-    assert r.exit_code == 2 and "--tp 1" in r.output
+    r = _run("--ckpt", ckpt, "--tokens", TOKENS, "--enforce-eager", "--impl", "hf", "--dump", str(tmp_path / "d"))
+    assert r.exit_code == 2 and "(--impl native)" in r.output
+
+
+def test_enforce_eager_runtime_decodes_several_requests(ckpt, tmp_path):
+    """Three requests decoded together by the runtime give what the default decode gives, request by request."""
+    reqs = [a for t in (TOKENS, "300,301,302", "40,41,42,43,44,45,46,47,48,49,50,51") for a in ("--tokens", t)]
+    r1 = _run("--ckpt", ckpt, *reqs, "--max-new-tokens", "5", "--dump", str(tmp_path / "a"))
+    r2 = _run("--ckpt", ckpt, *reqs, "--max-new-tokens", "5", "--enforce-eager", "--dump", str(tmp_path / "b"))
+    assert r1.exit_code == 0 and r2.exit_code == 0, r1.output + r2.output
+    gen = [[x for x in r.output.splitlines() if x.startswith("generated[")] for r in (r1, r2)]
+    assert len(gen[0]) == 3 and gen[0] == gen[1]
+
+
+@pytest.mark.slow
+def test_enforce_eager_runtime_at_tp2_and_dp2(ckpt, tmp_path):
+    """The runtime through the CLI on spawned gloo ranks: --tp 2 and --dp 2 --enforce-eager give the
+    default decode's tokens (two requests)."""
+    reqs = ["--tokens", TOKENS, "--tokens", "300,301,302"]
+    ref = _run("--ckpt", ckpt, *reqs, "--max-new-tokens", "3", "--dump", str(tmp_path / "ref"))
+    gen = lambda r: [x for x in r.output.splitlines() if x.startswith("generated[")]  # noqa: E731
+    for i, par in enumerate((["--tp", "2"], ["--dp", "2"])):
+        r = _run("--ckpt", ckpt, *reqs, *par, "--max-new-tokens", "3", "--enforce-eager", "--dump", str(tmp_path / str(i)))
+        assert r.exit_code == 0 and gen(r) == gen(ref) and len(gen(ref)) == 2, (par, r.output, ref.output)

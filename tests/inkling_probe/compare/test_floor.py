@@ -50,9 +50,10 @@ def _run(logits, out):
 
 
 def test_candidate_and_control_setting_aside_different_rows_are_measured_on_one_scale(tmp_path):
-    """The seed-3 hunt's mechanism: the control flips at token 1 (rows 1.. set aside), the benign
-    candidate at token 5 (rows 5.. set aside); both carry the same per-row noise. Measured over all
-    rows, the floor was diluted 16x and the error 3x: flagged. Over the rows each judged: 1x."""
+    """The seed-3 hunt's mechanism: the control flips at token 1 (its row 1 set aside), the benign
+    candidate at token 5 (its row 5 set aside); both carry the same per-row noise. Measured with the
+    set-aside rows read as exact, the floor and the error were diluted unequally; over the rows each
+    judged they are on one scale."""
     logits = _tied_logits(0)
     h = torch.randn(T, H, generator=torch.Generator().manual_seed(1))
     ref = write(tmp_path / "r", [_run(logits, h)])
@@ -60,8 +61,8 @@ def test_candidate_and_control_setting_aside_different_rows_are_measured_on_one_
     cand = write(tmp_path / "c", [_run(_flip_at(logits, 5), _rel_noise(h, 0.01, 3))])
     rep = compare(ref, cand, control=ctl)
     row = rep.row("layers.2.mlp.experts")
-    assert row.metrics.extra["rows_judged"] == 5 and row.error == pytest.approx(0.01, rel=1e-3)
-    assert row.floor == pytest.approx(0.01, rel=1e-3)  # the control's row 0, not diluted by 15 set-aside rows
+    assert row.metrics.extra["rows_judged"] == T - 1 and row.error == pytest.approx(0.01, rel=1e-3)
+    assert row.floor == pytest.approx(0.01, rel=1e-3)  # the control's judged rows, not diluted by its set-aside one
     assert not rep.diverged, (row.error, row.floor, row.row_score)
     # the same rows 0-4 off by 5% are found
     bad = write(tmp_path / "b", [_run(_flip_at(logits, 5), _rel_noise(h, 0.05, 3))])
