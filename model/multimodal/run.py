@@ -39,6 +39,12 @@ class MediaOnce(nn.Module):
     def new_cache(self, *args, **kwargs):
         return self.model.new_cache(*args, **kwargs)
 
+    def __getattr__(self, name: str):  # config, layers, dtype, ...: what a KV pool reads of a text model
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.model.llm, name)
+
     def forward(self, ids, ctx=None, last_only: bool = False):
         media, self.media = self.media, None
         return self.model(ids, ctx, last_only, media=media)
