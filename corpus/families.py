@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import importlib
 
-NAMES = ("llama", "qwen2_moe", "gpt_neox", "inkling", "late")
+NAMES = ("llama", "qwen2_moe", "gpt_neox", "inkling", "late", "multimodal")
 
 
 def load(names=NAMES) -> dict:

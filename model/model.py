@@ -61,10 +61,12 @@ class InklingForCausalLM(nn.Module):
         return KVPool(self, 1, max_len or self.config.max_position_embeddings).new_request()
 
     def forward(self, input_ids: torch.Tensor, ctx: StepContext | None = None,
-                last_only: bool = False) -> torch.Tensor:
+                last_only: bool = False, fuse=None) -> torch.Tensor:
         """Logits [T, V] for the flattened tokens ``input_ids [T]`` of ``ctx``'s requests.
 
         ``last_only``: only each request's last token ([num_requests, V]), as decode needs.
+        ``fuse``: ``h [T, H] -> h`` applied to the normed embeddings before the layers (multimodal
+        fusion, inkling_model.multimodal).
         Advances the requests' caches past these tokens.
         """
         ctx = ctx or StepContext.single(input_ids.shape[0])
@@ -73,6 +75,8 @@ class InklingForCausalLM(nn.Module):
             raise ValueError(f"input_ids must be [T] with T = {ctx.num_tokens}, got {tuple(input_ids.shape)}")
         h = self.embed_norm(self.embed(input_ids))  # [T, H]
         inkling_probe.probe("embed", h)
+        if fuse is not None:
+            h = fuse(h)  # [T, H] media rows scattered in, same step
         for layer in self.layers:
             h = layer(h, ctx)
         h = self.norm(h)

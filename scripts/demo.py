@@ -12,6 +12,12 @@
    test_repro.py) and its .zip, and print where they are.
 
 Everything goes through the `inkling-probe` CLI, the way a user would run it.
+
+``--multimodal`` plays the "image not visible" hunt instead (docs/MULTIMODAL.md): a multimodal
+checkpoint, a synthetic PNG and WAV, transformers' InklingForConditionalGeneration as the reference,
+inkling_model at TP=2 with the image rows re-normalised after the fusion (``renorm_fused_rows``),
+compare naming the fused stream, the image's rows and the split, then ``--rows text`` and
+``--rows image`` judging one modality each.
 """
 from __future__ import annotations
 
@@ -39,7 +45,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None, help="work folder (default: a new temp folder)")
     ap.add_argument("--preset", default="tiny")
+    ap.add_argument("--multimodal", action="store_true", help="the image hunt (vision rows re-normalised)")
     args = ap.parse_args()
+    if args.multimodal:
+        return multimodal(args)
     work = args.out or tempfile.mkdtemp(prefix="inkling-demo-")
     if args.out and os.path.exists(work):
         shutil.rmtree(work)
@@ -62,6 +71,44 @@ def main() -> None:
     print(f"\ndemo: compare exited {code} (1 = divergence found) after {time.perf_counter() - t0:.0f} s; "
           f"dumps in {work}")
     print(f"demo: bug report in {report}/report.html (attach {report}.zip)")
+    sys.exit(0 if code == 1 else 1)
+
+
+def _media(work: str) -> tuple[str, str]:
+    """A synthetic 5x6 RGB PNG and a 0.2 s chirp WAV (nothing downloaded)."""
+    import numpy as np
+
+    from inkling_model.multimodal.media_io import write_png, write_wav
+
+    g = np.random.default_rng(0)
+    t = np.arange(3200) / 16000
+    png = write_png(os.path.join(work, "image.png"), g.integers(0, 256, (5, 6, 3), dtype=np.uint8))
+    wav = write_wav(os.path.join(work, "audio.wav"), 0.3 * np.sin(2 * np.pi * (300 + 2000 * t) * t))
+    return str(png), str(wav)
+
+
+def multimodal(args) -> None:
+    """The image hunt (module docstring)."""
+    work = args.out or tempfile.mkdtemp(prefix="inkling-demo-mm-")
+    if args.out and os.path.exists(work):
+        shutil.rmtree(work)
+    os.makedirs(work, exist_ok=True)
+    t0 = time.perf_counter()
+    ckpt = os.path.join(work, "ckpt-mm")
+    sh("make-checkpoint", "--preset", args.preset, "--seed", "0", "--multimodal", ckpt)
+    png, wav = _media(work)
+    from inkling_model.multimodal.config import MultimodalConfig
+
+    mm = MultimodalConfig.from_pretrained(ckpt)
+    tokens = f"1,17,42,{mm.image_token_id},99,7,{mm.audio_token_id},300,12"
+    common = ["--tokens", tokens, "--image", png, "--audio", wav]
+    ref, cand = os.path.join(work, "ref-hf"), os.path.join(work, "cand-tp2-renorm")
+    sh("run", "--ckpt", ckpt, "--impl", "hf", *common, "--dump", ref)
+    sh("run", "--ckpt", ckpt, "--tp", "2", *common, "--fault", "renorm_fused_rows", "--dump", cand)
+    code = sh("compare", ref, cand, check=False)
+    for kind in ("image", "text"):
+        sh("compare", ref, cand, "--rows", kind, "--no-explain", check=False)
+    print(f"\ndemo: compare exited {code} (1 = divergence found) after {time.perf_counter() - t0:.0f} s; dumps in {work}")
     sys.exit(0 if code == 1 else 1)
 
 

@@ -44,11 +44,15 @@ METRICS = ("rel_rms", "cosine", "max_abs", "max_rel", "outside")
 @click.option("--ckpt", type=click.Path(), default=None, help="Candidate checkpoint dir for --replay.")
 @click.option("--factory", default=None,
               help="MODULE:FUNCTION or registered name building the --replay module (default: the registered one).")
+@click.option("--rows", "rows_kind", type=click.Choice(["text", "image", "audio"]), default=None,
+              help="Judge one modality of a multimodal run: only its token rows (and its tower's keys), each "
+                   "dump's own rows (docs/MULTIMODAL.md).")
 @click.option("--jobs", "-j", type=Whole(min=1), default=None,
               help="Worker processes reading and measuring keys ahead (default: the cores); same result for any N.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(ref, cand, control, name_map, metric, threshold, k, include, steps, all_rows, diverged_only, no_explain,
-            explain_keys, decisions, ref_row, cand_row, confirm, replay_key, ckpt, factory, jobs, as_json):
+            explain_keys, decisions, ref_row, cand_row, confirm, replay_key, ckpt, factory, jobs, as_json,
+            rows_kind=None):
     """Compare dump CAND against dump REF: the first divergence, the culprit and why.
 
     Keys align through --map, by step, call and token (the common tokens when the runs batched
@@ -65,13 +69,19 @@ def command(ref, cand, control, name_map, metric, threshold, k, include, steps, 
         raise BadInput(f"--threshold {threshold}: must be a finite number >= 0")
     dumps = [open_dump(p) for p in (ref, cand)] + ([open_dump(control)] if control else [])
     try:
+        from inkling_probe.compare import modality
+
+        judged = [modality.view(d, rows_kind, dumps[1] if i != 1 else dumps[0]) for i, d in enumerate(dumps)] \
+            if rows_kind else dumps
         with _progress(not as_json) as progress:
-            report = compare(dumps[0], dumps[1], dumps[2] if control else None, name_map=name_map, metric=metric,
+            report = compare(judged[0], judged[1], judged[2] if control else None, name_map=name_map, metric=metric,
                              threshold=threshold, k=k, include=include or None, steps=set(steps) or None,
                              explain=not no_explain, explain_keys=explain_keys, decisions=decisions,
-                             ref_row=ref_row, cand_row=cand_row, progress=progress, jobs=jobs)
+                             ref_row=ref_row, cand_row=cand_row, progress=progress,
+                             jobs=1 if rows_kind else jobs)  # a view is read in this process
         replayed = _replay(replay_key, ckpt, factory, dumps[0]) if replay_key else None
         confirmed = _confirm(report, ckpt, factory, dumps[0]) if confirm else None
+        mm = modality.to_dict(report, dumps[0], dumps[1], rows_kind)
     except ProbeError as e:
         raise BadInput(str(e).splitlines()[0]) from None
     finally:
@@ -83,6 +93,8 @@ def command(ref, cand, control, name_map, metric, threshold, k, include, steps, 
             doc["replay"] = replayed
         if confirmed is not None:
             doc["confirm"] = confirmed
+        if mm is not None:
+            doc["modality"] = {**mm, "judged_rows": rows_kind or "all"}
         emit_json(doc)
     else:
         from inkling_probe.views.terminal import render
@@ -91,6 +103,10 @@ def command(ref, cand, control, name_map, metric, threshold, k, include, steps, 
         render(out, report, all_rows, replayed)
         for c in confirmed or []:
             out.print(f"  confirm {c['key']}: {c['verdict']}", markup=False)
+        for line in (mm or {}).get("lines", []):
+            out.print(line, markup=False)
+        if rows_kind:
+            out.print(f"judged: {rows_kind} rows only (--rows {rows_kind})", markup=False)
     if report.diverged or report.unchecked or (replayed is not None and replayed["diverged"]):  # SystemExit, not ctx.exit: standalone_mode=False would turn Exit into a return value
         raise SystemExit(1)
 

@@ -94,12 +94,15 @@ def _generation_config(config) -> dict:
 
 
 def write_random_checkpoint(config, out_dir, seed: int = 0, quant: str | None = None,
-                            max_shard_bytes: int = DEFAULT_SHARD_BYTES, progress=None) -> Path:
+                            max_shard_bytes: int = DEFAULT_SHARD_BYTES, progress=None,
+                            extra_tensors: dict[str, torch.Tensor] | None = None) -> Path:
     """Write a random native checkpoint for config to out_dir (which must not hold files).
 
     quant="nvfp4": routed experts of MoE layers >= config.quant_first_layer are quantized from
     exactly the bf16 tensors that the same seed writes with quant=None, and their input_amax is
     calibrated on the bf16 model (calibration.py). progress(str) is called between phases.
+    extra_tensors (e.g. the multimodal towers, multimodal/checkpoint.py) are written beside the text
+    tensors, unchecked by the text layout.
     """
     out_dir = Path(out_dir)
     _refuse_nonempty(out_dir)
@@ -118,6 +121,7 @@ def write_random_checkpoint(config, out_dir, seed: int = 0, quant: str | None = 
         say("quantizing routed experts to NVFP4")
         tensors = quantize_experts(qconfig, tensors, amax)
     check_layout(tensors, native_shapes(qconfig), where="generated checkpoint")
+    tensors = {**tensors, **(extra_tensors or {})}
     out_dir.mkdir(parents=True, exist_ok=True)
     say("writing safetensors")
     save_tensors(tensors, out_dir, max_shard_bytes)

@@ -312,7 +312,8 @@ def _run(impl, ckpt, tp, dp, dtype, prompts, max_new, eos, dump, gen, runtime=No
 @click.option("--eos", metavar="IDS", help="End id (then stop ids), overriding tokenizer/generation_config/config.")
 @click.option("--fault", multiple=True, metavar="NAME", envvar="INKLING_FAULT", show_envvar=True,
               help="Plant a known bug (repeatable; the variable: comma-separated). Names: raw_input_amax, gate_up_layout, "
-                   "renorm_rows, capture_unsafe_allreduce, adp_global_tp_size, adp_dense_allreduce, no_config_eos.")
+                   "renorm_rows, capture_unsafe_allreduce, adp_global_tp_size, adp_dense_allreduce, no_config_eos, "
+                   "renorm_fused_rows, vision_fold_order, audio_codebook_offsets.")
 @click.option("--cuda-graph", is_flag=True,
               help="Decode through the runtime (static KV pool) with CUDA graphs, on the GPU; probes record "
                    "inside the graphs.  [env var: INKLING_CUDA_GRAPH=1|0]")
@@ -322,6 +323,11 @@ def _run(impl, ckpt, tp, dp, dtype, prompts, max_new, eos, dump, gen, runtime=No
 @click.option("--allreduce", "allreduce_spec", metavar="SPEC", envvar="INKLING_ALLREDUCE", show_envvar=True,
               help="All-reduce strategy: nccl|oneshot|auto, then optional GLOB=STRATEGY rules per module "
                    "(e.g. 'nccl,layers.*.attn.o_proj=oneshot').")
+@click.option("--image", "images", multiple=True, type=click.Path(dir_okay=False), metavar="FILE",
+              help="An image (PNG, or JPEG with Pillow) for a multimodal checkpoint; repeatable. Each image "
+                   "placeholder token in --tokens takes one, or they are inserted after the first token.")
+@click.option("--audio", "audios", multiple=True, type=click.Path(dir_okay=False), metavar="FILE",
+              help="A 16 kHz PCM WAV clip for a multimodal checkpoint; repeatable (placeholders as --image).")
 @click.option("--force-routing", "force_routing", type=click.Path(), metavar="REF_DUMP",
               envvar="INKLING_FORCE_ROUTING", show_envvar=True,
               help="The MoE routers take REF_DUMP's top-k ids (layers.N.mlp.topk_idx, native or transformers "
@@ -330,7 +336,7 @@ def _run(impl, ckpt, tp, dp, dtype, prompts, max_new, eos, dump, gen, runtime=No
 @click.option("--gen-log", type=click.Path(dir_okay=False), metavar="FILE",
               help="Write one JSON line per response (ids, finish reason, per-step top logits) for `health`.")
 def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, dp, max_new_tokens, temperature, top_k, seed,
-            eos, fault, cuda_graph, enforce_eager, allreduce_spec, force_routing, dump, gen_log):
+            eos, fault, cuda_graph, enforce_eager, allreduce_spec, images, audios, force_routing, dump, gen_log):
     """Run the model on a checkpoint with recording on; prints the generated tokens."""
     ckpt_dir = Path(ckpt)
     config = _config(ckpt_dir)
@@ -352,6 +358,9 @@ def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, dp, max_new_
     _check_allreduce(allreduce_spec or "")
     _check_outputs(dump, gen_log, impl)
     _check_force_routing(force_routing, impl, cuda_graph)
+    media = None
+    if images or audios:  # multimodal: media read and checked now (inkling_model/multimodal/run.py)
+        prompts, media = _media(ckpt_dir, prompts, images, audios, dp, cuda_graph or enforce_eager)
     env = {"INKLING_FAULT": fault_text, "INKLING_ALLREDUCE": allreduce_spec or "",
            "INKLING_FORCE_ROUTING": force_routing or "", **_identity(ckpt_dir)}
     old = {k: os.environ.get(k) for k in env}
@@ -361,7 +370,13 @@ def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, dp, max_new_
         _check_eos(sorted(eos_spec.ids), config.vocab_size, f"end of sequence from {eos_spec.source}")
         gen = dict(temperature=temperature, top_k=top_k, seed=seed)
         runtime = dict(expert_parallel=expert_parallel, dp=dp, cuda_graph=cuda_graph, enforce_eager=enforce_eager)
-        responses = _run(impl, str(ckpt_dir), tp, dp, dtype, prompts, max_new_tokens, eos_spec, dump, gen, runtime)
+        if media is not None:
+            from inkling_model.multimodal.run import run_multimodal
+
+            responses = run_multimodal(impl, str(ckpt_dir), tp, dtype, prompts, max_new_tokens, eos_spec, dump,
+                                       gen, media)
+        else:
+            responses = _run(impl, str(ckpt_dir), tp, dp, dtype, prompts, max_new_tokens, eos_spec, dump, gen, runtime)
     finally:
         for k, v in old.items():
             if v is None:
@@ -376,6 +391,19 @@ def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, dp, max_new_
 
         genlog.write(gen_log, prompts, responses, max_new_tokens, eos_spec)
         click.echo(f"gen-log: {gen_log}")
+
+
+def _media(ckpt_dir: Path, prompts, images, audios, dp: int, runtime: bool):
+    from inkling_model.checkpoint.shards import CheckpointError
+    from inkling_model.multimodal.processor import MediaError
+    from inkling_model.multimodal.run import prepare
+
+    if dp > 1 or runtime:
+        raise BadInput("--image/--audio: a multimodal prefill then eager decode (no --dp, --cuda-graph, --enforce-eager)")
+    try:
+        return prepare(str(ckpt_dir), prompts, images, audios)
+    except (MediaError, CheckpointError) as e:
+        raise BadInput(f"--image/--audio: {e}") from None
 
 
 def _identity(ckpt_dir: Path) -> dict:

@@ -97,6 +97,21 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
           "max_new_tokens, emitting the end id without stopping. No tensor differs; the location is the "
           "generation's finish (found by `inkling-probe health`: eos emitted but not honoured, runaway).",
           lambda c: "generate.resolve_eos"),
+    Fault("renorm_fused_rows", "model/multimodal/fusion.py (fusion)",
+          "After the tower rows are scattered into the normed text embeddings, the image rows are "
+          "RMS-normalised again (each row scaled to unit rms, no weight): the bring-up's \"image not "
+          "visible\". Needs an image in the prompt. Born at the fused stream (fused), the towers clean.",
+          lambda c: "fused"),
+    Fault("vision_fold_order", "model/multimodal/vision.py (hMLP space-to-depth fold)",
+          "The vision tower's space-to-depth fold stacks each 2-D neighbourhood in (w, h) order instead "
+          "of (h, w), so the projection weights meet transposed pixels. Needs an image. Born at the "
+          "first hMLP layer (vision.layers.0), which folds space.",
+          lambda c: "vision.layers.0"),
+    Fault("audio_codebook_offsets", "model/multimodal/audio.py (audio tower)",
+          "The audio tower drops the per-codebook offsets (bin b's level l must read table row "
+          "b * mel_vocab_size + l): every mel bin reads codebook 0. Needs audio. Born at the summed "
+          "codebook embeddings (audio.embed).",
+          lambda c: "audio.embed"),
 )}
 
 _context: list[frozenset[str]] = []

@@ -9,8 +9,9 @@ import pytest
 NOTEBOOKS = sorted((pathlib.Path(__file__).parents[2] / "notebooks").glob("*.ipynb"))
 
 
-def test_the_four_walkthroughs_exist():
-    assert [p.stem for p in NOTEBOOKS] == ["01_quickstart", "02_nvfp4_input_scale", "03_cuda_graph", "04_bisect"]
+def test_the_walkthroughs_exist():
+    assert [p.stem for p in NOTEBOOKS] == ["01_quickstart", "02_nvfp4_input_scale", "03_cuda_graph", "04_bisect",
+                                           "05_multimodal"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

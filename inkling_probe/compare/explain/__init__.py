@@ -28,6 +28,7 @@ from inkling_probe.compare.explain.offset import channel_offset
 from inkling_probe.compare.explain.pair import Pair
 from inkling_probe.compare.explain.permute import layout_permutation
 from inkling_probe.compare.explain.ratio import constant_ratio
+from inkling_probe.compare.explain.renorm import renormalised_rows
 from inkling_probe.compare.explain.rounding import rounding
 from inkling_probe.compare.explain.saturate import saturation
 from inkling_probe.compare.explain.scaled import channel_ratio, row_ratio
@@ -56,7 +57,7 @@ def explain(ref, cand, context: Context | None = None, **fields) -> list[Finding
     if p.stats.rr == 0:  # a zero reference: nothing relative to it can hold; say what is there instead
         return found + [f for f in (nonzero(p),) if f is not None] + confined(p)
     ratio = constant_ratio(p)
-    found += [f for f in (ratio, layout_permutation(p), sequence_shift(p), rounding(p), row_ratio(p, ratio is not None),
+    found += [f for f in (ratio, renormalised_rows(p), layout_permutation(p), sequence_shift(p), rounding(p), row_ratio(p, ratio is not None),
                           channel_ratio(p, ratio is not None), channel_offset(p), saturation(p)) if f is not None]
     if p.stats.zeroed_energy >= FLUSHED_SHARE * p.stats.dd:  # the zeros may carry the error
         z = measure(p)
