@@ -19,12 +19,12 @@ if [ "$part" = tests ]; then
       echo "[exit ${PIPESTATUS[0]}]"; echo
     done; } 2>&1 | tee "$OUT/graphdiff.txt"
 else
-  python3 scripts/bench_graph.py 2>&1 | tee "$OUT/bench_graph.txt" | tail -30
+  [ -n "${SKIP_BENCH:-}" ] || python3 scripts/bench_graph.py 2>&1 | tee "$OUT/bench_graph.txt" | tail -30
   inkling-probe make-checkpoint --preset tiny --seed 0 --quant nvfp4 "$w/ck" >/dev/null  # docs/BISECT.md's ck
   cd "$w"
   { export INKLING_CUDA_GRAPH=1
     INKLING_ENFORCE_EAGER=1 inkling-probe run --ckpt ck --tokens 1,17,42,99,7,300,12,5 --max-new-tokens 6 --fault capture_unsafe_allreduce --dump ref >/dev/null
-    COLUMNS=150 inkling-probe bisect flags -w bf --model inkling_model --select 'cuda_graph,allreduce,nvfp4_experts' \
+    COLUMNS=150 inkling-probe bisect flags -w bf --model inkling_model --select 'cuda_graph,allreduce' \
       --flag OMP_NUM_THREADS=1:2 --flag NCCL_ALGO=Ring:Tree --flag TOKENIZERS_PARALLELISM=false:true \
       --cmd "inkling-probe run --ckpt ck --tokens 1,17,42,99,7,300,12,5 --max-new-tokens 6 --fault capture_unsafe_allreduce --dump {dump}" \
       --oracle compare:ref; echo "[exit $?]"; } 2>&1 | tee "$OUT/bisect_flags_gpu.txt" | tail -25
