@@ -67,6 +67,10 @@ def classify(ref_ids: np.ndarray, cand_ids: np.ndarray, ref_scores: np.ndarray |
         if not usable:
             out.unclassified.append(t)
             continue
+        if c[t].min() < 0 or c[t].max() >= ref_scores.shape[1]:  # an id no router score belongs to: a broken id
+            out.margins[t] = (float("inf"), 0.0)
+            out.clear.append(t)
+            continue
         tie, gap, noise = _near_tie(set(r[t].tolist()), set(c[t].tolist()), ref_scores[t], cand_scores[t],
                                     selection)
         out.margins[t] = (gap, noise)
