@@ -48,13 +48,13 @@ def _flat(ids: np.ndarray) -> list:
     return [np.stack([t, ids.reshape(-1)], axis=1)]
 
 
-def _sorted(ids: np.ndarray) -> list:
-    flat = ids.reshape(-1)
-    perm = np.argsort(flat, kind="stable")
-    return [np.stack([perm // ids.shape[1], flat[perm]], axis=1)]
+def _grouped(ids: np.ndarray) -> list:
+    """One call sorted by expert (``torch.sort``, not stable): the token inside a group is unknown (-1)."""
+    e = np.sort(ids[ids >= 0].reshape(-1))
+    return [np.stack([np.full(len(e), -1), e], axis=1)]
 
 
-LAYOUTS = {"loop": _loop("slot"), "loop_token": _loop("token"), "flat": _flat, "sorted": _sorted}
+LAYOUTS = {"loop": _loop("slot"), "loop_token": _loop("token"), "flat": _flat, "grouped": _grouped}
 
 
 @dataclass
@@ -67,6 +67,10 @@ class Plan:
     key_recorded: int  # the key's reference rows over all its calls in the step
     key_aside: int  # the rows set aside over all its calls in the step
     expert: str = ""  # the call's expert(s), for notes
+
+
+def hit(ids: np.ndarray) -> list:
+    return sorted(int(x) for x in np.unique(ids) if x >= 0)
 
 
 def fits(ids: np.ndarray, rows: list) -> dict:
@@ -93,9 +97,21 @@ def plan(ref_ids: np.ndarray, other_ids: np.ndarray, ref_rows: list, other_rows:
     if not fr or not fo or call >= len(ref_rows):
         return None
     pairings, judged = [], None
+    tok = lambda ids, e: set(np.flatnonzero((ids == e).any(axis=1)).tolist())
     for nr, sr in fr.items():
         mine = sr[call]
         for no, so in fo.items():
+            if (mine[:, 0] < 0).any() or any((x[:, 0] < 0).any() for x in so):
+                groups = []  # the tokens inside a group are not known: paired by content (module docstring)
+                for e in sorted({int(x) for x in mine[:, 1]}):
+                    both = (tok(ref_ids, e) & tok(other_ids, e)) - aside
+                    rr = np.flatnonzero(mine[:, 1] == e)
+                    oo = np.asarray([(c, i) for c, x in enumerate(so) for i in np.flatnonzero(x[:, 1] == e)],
+                                    np.int64).reshape(-1, 2)
+                    groups.append((e, rr, oo, len(both), sorted(both)))
+                pairings.append((f"{nr}/{no}", "content", groups, None))
+                judged = sum(g[3] for g in groups)
+                continue
             where = {(int(t), int(e)): (c, i) for c, s in enumerate(so) for i, (t, e) in enumerate(s)}
             keep = [i for i, (t, e) in enumerate(mine) if (int(t), int(e)) in where and int(t) not in aside]
             other = np.asarray([where[(int(mine[i][0]), int(mine[i][1]))] for i in keep], np.int64).reshape(-1, 2)
@@ -103,12 +119,40 @@ def plan(ref_ids: np.ndarray, other_ids: np.ndarray, ref_rows: list, other_rows:
                              np.zeros(0, np.int64)))
             judged = len(keep)
     any_r = next(iter(fr.values()))
-    slots_o = {(int(t), int(e)) for s in next(iter(fo.values())) for t, e in s}
     key_rec = sum(len(s) for s in any_r)
-    key_aside = sum(1 for s in any_r for t, e in s if (int(t), int(e)) not in slots_o or int(t) in aside)
+    key_aside = sum(len(tok(ref_ids, e) - ((tok(other_ids, e)) - aside)) for e in hit(ref_ids))
     experts = sorted({int(e) for e in any_r[call][:, 1]})
     return Plan(pairings, int(ref_rows[call]), int(ref_rows[call]) - judged, key_rec, key_aside,
                 f"expert {experts[0]}" if len(experts) == 1 else f"{len(experts)} experts")
+
+
+def _by_content(ra_all: np.ndarray, row, groups):
+    """Rows of expert groups whose token order is unknown, paired by content: in each group the
+    nearest pairs first (greedy), the ``judged`` closest kept (the group's rows of tokens set aside or
+    routed on one side only are the ones left). ``(ref [m, ...], other [m, ...], tokens per row)``:
+    a row's tokens are the group's candidates (its reach is the largest of theirs)."""
+    ras, cas, toks = [], [], []
+    for _e, rr, oo, judged, both in groups:
+        if not judged or not len(rr) or not len(oo):
+            continue
+        a = ra_all[rr].reshape(len(rr), -1).astype(np.float64)
+        b = np.stack([row(c, i) for c, i in oo]).reshape(len(oo), -1).astype(np.float64)
+        d = np.sqrt(np.maximum((a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2 * a @ b.T, 0.0))  # [ra, rb]
+        d = np.where(np.isfinite(d), d, np.inf)
+        pairs = []
+        for _ in range(min(len(rr), len(oo))):
+            i, j = np.unravel_index(np.argmin(d), d.shape)
+            if not np.isfinite(d[i, j]) and pairs:
+                break
+            pairs.append((d[i, j], i, j))
+            d[i, :], d[:, j] = np.inf, np.inf
+        for _, i, j in sorted(pairs)[:judged]:
+            ras.append(ra_all[rr[i]])
+            cas.append(row(*oo[j]))
+            toks.append(np.asarray(both, np.int64))
+    if not ras:
+        return ra_all[:0], ra_all[:0], []
+    return np.stack(ras), np.stack(cas), toks
 
 
 class ExpertCalls:
@@ -169,28 +213,38 @@ class ExpertCalls:
         from inkling_probe.compare.measure import Measured, judged_metrics, load, row_errors_and_scale
         from inkling_probe.compare.values import Values
         from inkling_probe.errors import ProbeError
-        if not pl.pairings or not len(pl.pairings[0][1]):
+        if not pl.pairings or pl.recorded == pl.aside:
             return None, None
         calls = self._calls(label, p.key, p.step)
         arrays: dict = {}
         try:
             r = load(self.dumps["reference"], p.ref)
-            for _, _, other, _ in pl.pairings:
-                for c in {int(x) for x in other[:, 0]}:
+            for _, kind, other, _ in pl.pairings:
+                cs = [g[2] for g in other] if isinstance(kind, str) else [other]
+                for c in {int(x) for o in cs for x in o[:, 0]}:
                     if c not in arrays:
                         arrays[c] = load(self.dumps[label], calls[c])
         except ProbeError as e:
             return Measured("unreadable", note=str(e).splitlines()[0]), calls[0]
         ra_all = np.asarray(r.array)
-        if any(np.asarray(v.array).shape[1:] != ra_all.shape[1:] for v in arrays.values()):
+        if not arrays or any(np.asarray(v.array).shape[1:] != ra_all.shape[1:] for v in arrays.values()):
             return Measured("shape", note=f"{pl.expert}: row shapes differ"), calls[0]
+        row = lambda c, i: np.asarray(arrays[int(c)].array)[int(i)]
         best = None
-        for name, ri, other, tokens in pl.pairings:
-            ra = ra_all[ri]
-            ca = np.stack([np.asarray(arrays[int(c)].array)[int(i)] for c, i in other]) if len(other) else ra[:0]
+        for name, kind, other, tokens in pl.pairings:
+            if isinstance(kind, str):  # content: per expert group (module docstring)
+                ra, ca, tokens = _by_content(ra_all, row, other)
+            else:
+                ra = ra_all[kind]
+                ca = np.stack([row(c, i) for c, i in other]) if len(other) else ra[:0]
+                tokens = [np.asarray([t]) for t in tokens]
+            if not len(ra):
+                continue
             d = float(np.nansum((ra.astype(np.float64) - ca.astype(np.float64)) ** 2))
             if best is None or d < best[0]:
-                best = (d, name, ra, ca, tokens, int(other[0, 0]))
+                best = (d, name, ra, ca, tokens, next(iter(arrays)))
+        if best is None:
+            return None, None
         _, name, ra, ca, tokens, first = best
         dtype_c = arrays[first].dtype
         out = Measured("ok", token_dim=0, token_rows=len(ra), tokens=tokens,
@@ -242,11 +296,12 @@ class ExpertCalls:
             scale = float(p.ref.first.get("rms") or 0.0) * float(np.sqrt(max(width, 1)))
             per_token = self.cand.reach.allowance(p.key, p.call, p.step, layer, n, width, scale)
             if per_token is not None:
-                reach = per_token[m.tokens]
+                pick = lambda a: np.asarray([float(a[t].max()) if len(t) else 0.0 for t in m.tokens])
+                reach = pick(per_token)
                 if reach.any():
                     row.reach = float(reach.max())
                     if self.metric == "rel_rms":
-                        own = self.cand.reach.own[m.tokens]
+                        own = pick(self.cand.reach.own)
                         row.threshold = float(np.hypot(row.threshold, np.sqrt(np.mean(own ** 2))))
                         self._status(row, m)
                 else:

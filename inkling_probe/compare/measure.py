@@ -33,7 +33,7 @@ class Measured:
     ref: Values | None = None  # the conformed pair, kept only when the caller asks (decisions)
     cand: Values | None = None
     token_dim: int | None = None
-    tokens: np.ndarray | None = None  # [token_rows] the token of each row, where rows are not tokens (experts.py)
+    tokens: list | None = None  # per row, its token(s) where rows are not tokens (compare/experts.py)
 
 
 def same_bits(a: Entry, b: Entry) -> bool:
