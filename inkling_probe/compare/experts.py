@@ -17,7 +17,15 @@ the layer's decision (ids ``[T, k]``) is recorded on both sides, every row's slo
   changed decision's own, compare/reach.py) and slots one side does not hold are set aside;
 - where several layouts fit (one call of ``T*k`` rows fits both one-call layouts), the pairing
   taken is the one under which the paired rows are closest: a wrong layout pairs different slots
-  (errors of order 1), so it can not hide a fault, which shows under every layout.
+  (errors of order 1), so it can not hide a fault, which shows under every layout;
+- one call sorted by expert (``grouped_mm``: ``torch.sort`` is not stable) gives each row's expert
+  but not its token: inside each expert group rows pair by content (nearest first), and of the
+  group's rows the number the decision says are judged (tokens routed there on both sides, not
+  set aside) is kept, the closest: a fault confined to the rows left out of one group can hide
+  there (it shows at the expert sum, token-major);
+- evidence: the paired rows must be at least ``1 / NULL_RATIO`` x closer (rms) than the same rows
+  paired with the next slot's; else the rows do not follow the decision (random data, a layout
+  not in :data:`LAYOUTS`, or a fault so gross nothing pairs) and the key stays not comparable.
 
 Coverage (compare/coverage.py) counts the reference rows of each call judged and set aside; whether
 a call is unchecked is decided on the key's slots over all its calls of the step: a fault reaching
@@ -55,6 +63,9 @@ def _grouped(ids: np.ndarray) -> list:
 
 
 LAYOUTS = {"loop": _loop("slot"), "loop_token": _loop("token"), "flat": _flat, "grouped": _grouped}
+
+
+NULL_RATIO = 0.5  # paired rows must be at least 2x closer (rms) than the same rows paired with other slots
 
 
 @dataclass
@@ -245,7 +256,13 @@ class ExpertCalls:
                 best = (d, name, ra, ca, tokens, next(iter(arrays)))
         if best is None:
             return None, None
-        _, name, ra, ca, tokens, first = best
+        d_best, name, ra, ca, tokens, first = best
+        if len(ra) >= 2:  # evidence that the rows follow the decision: closer than rows of other slots
+            null = float(np.nansum((ra.astype(np.float64) - np.roll(ca, 1, axis=0).astype(np.float64)) ** 2))
+            if d_best > NULL_RATIO ** 2 * null:
+                return Measured("unfit", note=f"{pl.expert}: rows paired through the decision are no closer than "
+                                              f"rows of other slots (rms {np.sqrt(d_best / max(null, 1e-300)):.2f}x): "
+                                              "their order does not follow the decision"), calls[first]
         dtype_c = arrays[first].dtype
         out = Measured("ok", token_dim=0, token_rows=len(ra), tokens=tokens,
                        note=f"{pl.expert}: rows paired by (token, expert) through the decision (layouts {name})")
@@ -268,6 +285,9 @@ class ExpertCalls:
         row = Row(p.key, p.step, p.call, p.ref.key, cand_key, p.ref.global_shape(), p.ref.dtype,
                   other.dtype if other is not None else p.ref.dtype, layer=layer, depth=depth)
         share = (pl.key_aside, pl.key_recorded)
+        if m is not None and m.status == "unfit":
+            coverage.cover(row, pl.recorded, None, whole="not comparable")
+            return self._skip(row, m.note + ": not compared by index")
         if m is not None and m.status in ("unreadable", "shape"):
             self._status(row, m)
             coverage.cover(row, pl.recorded, None, whole="unreadable" if m.status == "unreadable" else "")
@@ -283,10 +303,11 @@ class ExpertCalls:
             cp = self._expert_plan(p, self.ctl, "control")
             if cp is not None:
                 ctl, _ = self._expert_measure(p, cp, "control", floor.base_threshold(precision))
+                ctl = ctl if ctl is not None and ctl.status in ("ok", "exact") else None
         row.metrics, row.error, row.note = m.metrics, m.error, m.note
         row.floor = ctl.error if ctl is not None and ctl.status in ("ok", "exact") and ctl.token_rows else None
         default = self._default(precision, depth)
-        minimum = floor.min_allowance(depth, self.metric, [row.ref_dtype, row.cand_dtype])
+        minimum = floor.min_allowance(depth, self.metric, [row.ref_dtype, row.cand_dtype, precision])
         row.threshold = floor.threshold(row.floor, default, self.user, self.k, minimum)
         self._status(row, m)
         reach = None

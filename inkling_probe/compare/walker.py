@@ -166,7 +166,7 @@ class Walker(RoutingSteps, ExpertCalls):
         row.metrics, row.error, row.note = m.metrics, m.error, m.note
         row.floor = ctl.error if ctl is not None and ctl.status in ("ok", "exact") else None
         default = self._default(precision, depth, integer=is_integer(p.ref.dtype))
-        minimum = floor.min_allowance(depth, self.metric, [p.ref.dtype, p.cand.dtype])
+        minimum = floor.min_allowance(depth, self.metric, [p.ref.dtype, p.cand.dtype, precision])  # inputs' rounding too
         row.threshold = floor.threshold(row.floor, default, self.user, self.k, minimum)
         width = int(np.prod(p.ref.global_shape())) // max(m.token_rows or 1, 1)
         scale = float(p.ref.first.get("rms") or 0.0) * float(np.sqrt(max(width, 1)))  # an average row's norm
