@@ -99,3 +99,22 @@ def test_row_allowance_rules():
     assert none.tolist() == pytest.approx([3 * 0.0045 * 4, 0.03, 0.03, 0.03])
     exact = floor.row_allowance(2, base=0.01, k=2, k_row=3, ctl_rows=np.zeros(2), minimum=0.0045)
     assert (exact > 0).all()  # a control exact everywhere: the key's allowance, never 0
+
+
+def test_an_fp32_tensor_of_bf16_inputs_is_not_judged_below_bf16_rounding(tmp_path):
+    """Mixtral's decode-step miss: 2 fp32 router weights softmaxed from bf16 logits; the control's
+    error there (a sample of 2 values) was 8x below the candidate's, both bf16 rounding carried into
+    fp32. The minimum allowance takes the precision the inputs ran in, not only the key's dtype."""
+    x = torch.randn(1, 64, generator=torch.Generator().manual_seed(0))
+    w = torch.tensor([[0.6, 0.4]])
+    ref = write(tmp_path / "r", [[("layers.0.h", x), ("layers.0.w", w)]])
+    ctl = write(tmp_path / "k", [[("layers.0.h", x.bfloat16()), ("layers.0.w", w * (1 + 5e-4))]])
+    cand = write(tmp_path / "c", [[("layers.0.h", x.bfloat16()), ("layers.0.w", w * torch.tensor([[1.003, 0.996]]))]])
+    row = compare(ref, cand, control=ctl).row("layers.0.w")
+    assert row.ref_dtype == row.cand_dtype == "float32"
+    assert row.threshold >= 2 * 2 ** -8 / 3 ** 0.5 and not row.diverged, (row.error, row.floor, row.threshold)
+    # an fp32 tensor of fp32 inputs keeps the fp32 minimum: the same change is found there
+    ref32 = write(tmp_path / "r32", [[("layers.0.h", x), ("layers.0.w", w)]])
+    ctl32 = write(tmp_path / "k32", [[("layers.0.h", x * (1 + 1e-7)), ("layers.0.w", w * (1 + 5e-4))]])
+    cand32 = write(tmp_path / "c32", [[("layers.0.h", x * (1 + 1e-7)), ("layers.0.w", w * torch.tensor([[1.003, 0.996]]))]])
+    assert compare(ref32, cand32, control=ctl32).row("layers.0.w").diverged
