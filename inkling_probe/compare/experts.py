@@ -80,6 +80,15 @@ class Plan:
     expert: str = ""  # the call's expert(s), for notes
 
 
+def _tokens_by_expert(ids: np.ndarray) -> dict:
+    """expert -> the set of tokens routed to it (ids ``[T, k]``), in one pass."""
+    out: dict = {}
+    t, _ = np.nonzero(ids >= 0)
+    for tok, e in zip(t.tolist(), ids[ids >= 0].tolist()):
+        out.setdefault(int(e), set()).add(int(tok))
+    return out
+
+
 def hit(ids: np.ndarray) -> list:
     return sorted(int(x) for x in np.unique(ids) if x >= 0)
 
@@ -95,20 +104,31 @@ def fits(ids: np.ndarray, rows: list) -> dict:
 
 
 def plan(ref_ids: np.ndarray, other_ids: np.ndarray, ref_rows: list, other_rows: list, call: int,
-         aside: set) -> Plan | None:
+         aside: set, memo: dict | None = None) -> Plan | None:
     """The pairings of reference call ``call``; None when the calls do not follow from the ids.
 
     ``ref_ids``/``other_ids`` ``[T, k]``; ``ref_rows``/``other_rows`` every call's row count (call
-    order); ``aside`` the tokens set aside in this step."""
-    as_ids = lambda a: np.asarray(a).reshape(np.asarray(a).shape[0], -1).astype(np.int64)
-    ref_ids, other_ids = as_ids(ref_ids), as_ids(other_ids)
+    order); ``aside`` the tokens set aside in this step; ``memo``: a dict kept over the calls of one
+    key and step (what does not depend on the call is computed once: E calls of T x k ids)."""
+    memo = {} if memo is None else memo
+    if "ids" not in memo:
+        as_ids = lambda a: np.asarray(a).reshape(np.asarray(a).shape[0], -1).astype(np.int64)
+        memo["ids"] = (as_ids(ref_ids), as_ids(other_ids))
+    ref_ids, other_ids = memo["ids"]
     if ref_ids.shape != other_ids.shape:
         return None
-    fr, fo = fits(ref_ids, ref_rows), fits(other_ids, other_rows)
+    if "fits" not in memo:
+        memo["fits"] = (fits(ref_ids, ref_rows), fits(other_ids, other_rows))
+    fr, fo = memo["fits"]
     if not fr or not fo or call >= len(ref_rows):
         return None
+    if "tokens" not in memo:
+        memo["tokens"] = (_tokens_by_expert(ref_ids), _tokens_by_expert(other_ids))
+        memo["where"] = {no: {(int(t), int(e)): (c, i) for c, s in enumerate(so) for i, (t, e) in enumerate(s)}
+                         for no, so in fo.items()}
+    by_r, by_o = memo["tokens"]
     pairings, judged = [], None
-    tok = lambda ids, e: set(np.flatnonzero((ids == e).any(axis=1)).tolist())
+    tok = lambda ids, e: (by_r if ids is ref_ids else by_o).get(e, set())
     for nr, sr in fr.items():
         mine = sr[call]
         for no, so in fo.items():
@@ -123,15 +143,17 @@ def plan(ref_ids: np.ndarray, other_ids: np.ndarray, ref_rows: list, other_rows:
                 pairings.append((f"{nr}/{no}", "content", groups, None))
                 judged = sum(g[3] for g in groups)
                 continue
-            where = {(int(t), int(e)): (c, i) for c, s in enumerate(so) for i, (t, e) in enumerate(s)}
+            where = memo["where"][no]
             keep = [i for i, (t, e) in enumerate(mine) if (int(t), int(e)) in where and int(t) not in aside]
             other = np.asarray([where[(int(mine[i][0]), int(mine[i][1]))] for i in keep], np.int64).reshape(-1, 2)
             pairings.append((f"{nr}/{no}", np.asarray(keep, np.int64), other, mine[keep, 0] if keep else
                              np.zeros(0, np.int64)))
             judged = len(keep)
     any_r = next(iter(fr.values()))
-    key_rec = sum(len(s) for s in any_r)
-    key_aside = sum(len(tok(ref_ids, e) - ((tok(other_ids, e)) - aside)) for e in hit(ref_ids))
+    if "key" not in memo:
+        memo["key"] = (sum(len(s) for s in any_r),
+                       sum(len(tok(ref_ids, e) - ((tok(other_ids, e)) - aside)) for e in by_r))
+    key_rec, key_aside = memo["key"]
     experts = sorted({int(e) for e in any_r[call][:, 1]})
     return Plan(pairings, int(ref_rows[call]), int(ref_rows[call]) - judged, key_rec, key_aside,
                 f"expert {experts[0]}" if len(experts) == 1 else f"{len(experts)} experts")
@@ -150,13 +172,17 @@ def _by_content(ra_all: np.ndarray, row, groups):
         b = np.stack([row(c, i) for c, i in oo]).reshape(len(oo), -1).astype(np.float64)
         d = np.sqrt(np.maximum((a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2 * a @ b.T, 0.0))  # [ra, rb]
         d = np.where(np.isfinite(d), d, np.inf)
-        pairs = []
-        for _ in range(min(len(rr), len(oo))):
-            i, j = np.unravel_index(np.argmin(d), d.shape)
-            if not np.isfinite(d[i, j]) and pairs:
-                break
+        pairs, used_i, used_j = [], set(), set()
+        want = min(len(rr), len(oo))
+        for flat in np.argsort(d, axis=None, kind="stable"):  # nearest first, each row once
+            i, j = divmod(int(flat), d.shape[1])
+            if i in used_i or j in used_j:
+                continue
             pairs.append((d[i, j], i, j))
-            d[i, :], d[:, j] = np.inf, np.inf
+            used_i.add(i)
+            used_j.add(j)
+            if len(pairs) == want:
+                break
         for _, i, j in sorted(pairs)[:judged]:
             ras.append(ra_all[rr[i]])
             cas.append(row(*oo[j]))
@@ -215,7 +241,12 @@ class ExpertCalls:
         rows = lambda es: [e.global_shape()[0] if e.global_shape() else None for e in es]
         n = ids[0].shape[0]
         aside = set(side.reach.aside(p.step, layer, n))
-        return plan(ids[0], ids[1], rows(ref_calls), rows(other_calls), p.call, aside)
+        memos = self.__dict__.setdefault("_plan_memo", {})  # label -> (key, step, aside), memo: the last key only
+        mk = (p.key, p.step, tuple(sorted(aside)))
+        if label not in memos or memos[label][0] != mk:
+            memos[label] = (mk, {})
+        memo = memos[label][1]
+        return plan(ids[0], ids[1], rows(ref_calls), rows(other_calls), p.call, aside, memo)
 
     def _expert_measure(self, p, pl: Plan, label: str, rtol: float):
         """Measured over the rows whose slots both sides hold, paired by slot under the fitting
