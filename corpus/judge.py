@@ -32,6 +32,7 @@ class Result:
     truth_is_max_error: bool | None = None
     truth_is_max_jump: bool | None = None
     worst: str | None = None  # benign: the highest-scoring key and its score
+    fault_size: float | None = None  # the fault alone: rel_rms at its truth key, the faulted run vs its clean twin
     error: str | None = None
 
     def to_dict(self) -> dict:
@@ -105,7 +106,27 @@ def run_case(case, regime: str, dumps) -> Result:
     except Exception as e:
         return Result(case.name, case.family, case.kind, regime, case.truth, case.note,
                       error=f"{type(e).__name__}: {e}")
-    return judge(case, regime, rep)
+    res = judge(case, regime, rep)
+    if case.kind != "benign":
+        res.fault_size = _fault_size(case, rep, dumps.path(trio.cand), ctl)
+    return res
+
+
+def _fault_size(case, rep, cand: str, ctl: str | None) -> float | None:
+    """The planted fault's size: rel_rms at its truth keys (the largest, at the case's step) of the
+    faulted run against a clean run of its own dtype: the control where there is one (the control's
+    benign difference is in the number too: an upper bound), else the reference (the fp32 regime:
+    reference and candidate differ by the fault alone)."""
+    from inkling_probe.compare import compare
+
+    if ctl is not None:
+        try:
+            rep = compare(ctl, cand, include=list(case.truth), explain=False)
+        except Exception:
+            return None
+    errs = [r.error for r in rep.rows if r.key in case.truth and (case.step is None or r.step == case.step)
+            and r.error is not None and math.isfinite(r.error)]
+    return max(errs) if errs else None
 
 
 def _batch_row(run) -> int | None:

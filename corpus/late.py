@@ -11,9 +11,9 @@ fault of 5 % or more, so a pass with exit 0 is a **silent pass** (report.py coun
 - inkling_model bf16 against transformers' Inkling fp32 (tiny, seed 3, 80 tokens: a near-tie flip
   at token 2 of layer 3): layers.4.attn_norm x1.5 on rows >= 40, and the benign pair.
 
-Not here: faults at decode steps after a different *decoded* token (needs a free-running greedy
-decode that flips at a near-tie; tests/inkling_probe/compare/test_decision_flow.py covers the rule),
-and three independent faults written through ``probe()`` (compare-rules' item: add it to ``CASES``).
+- a hand-instrumented engine (corpus/late_probe.py): three independent faults written through
+  ``probe()``, and a fault at a decode step after a different *decoded* token (a near-tie at step 0
+  fed another token to step 1; steps 2-3 teacher-forced), with its benign twin.
 """
 from __future__ import annotations
 
@@ -104,7 +104,10 @@ CASES = []  # more cases (e.g. three independent faults through probe()) may be 
 
 
 def cases() -> list[Case]:
-    return [c for a in ARCHS for c in _hf_cases(a)] + _inkling_cases() + list(CASES)
+    from inkling_corpus import late_probe
+
+    probe_cases = late_probe.cases(NAME, lambda fault="", **kw: _run("probe", "fp32", fault, **kw))
+    return [c for a in ARCHS for c in _hf_cases(a)] + _inkling_cases() + probe_cases + list(CASES)
 
 
 def _ids(vocab: int, n: int) -> torch.Tensor:
@@ -155,6 +158,9 @@ def record_many(items) -> dict:
         try:
             if run.setting("arch") == "inkling":
                 _record_inkling(run, dump, os.path.dirname(dump))
+            elif run.setting("arch") == "probe":
+                from inkling_corpus import late_probe
+                late_probe.record(run, dump)
             else:
                 fams = fams or _families()
                 _record_hf(fams, run, dump)

@@ -56,7 +56,11 @@ def _verdict(r) -> str:
     if r.ok:
         return "ok"
     silent = "" if r.diverged or r.unchecked else " SILENT"
-    return "MISS" + silent + (f" (truth score {r.truth_score:.2f})" if r.truth_score is not None else "")
+    return ("MISS" + silent + (f" (truth score {r.truth_score:.2f}" if r.truth_score is not None else " (")
+            + (f", fault size {r.fault_size:.2%})" if r.fault_size is not None else ")")).replace(" ()", "")
+
+
+SILENT_SIZE = 0.05  # issue 21: a silent pass is a planted fault of 5% or more relative error that exits 0
 
 
 def rows(results) -> list[tuple]:
@@ -100,8 +104,15 @@ def summary(results) -> str:
                f"not largest error {sum(r.truth_is_max_error is False for r in faults)}, "
                f"not largest jump {sum(r.truth_is_max_jump is False for r in faults)}")
     silent = [r for r in faults if not r.error and not r.diverged and not r.unchecked]
-    out.append(f"silent passes   {len(silent)} planted faults exit 0 (no divergence, nothing unchecked)"
-               + (": " + "; ".join(f"{r.case} {r.regime}" for r in silent[:8]) if silent else ""))
+    sizes = {r.case: r.fault_size for r in faults if r.regime == "fp32" and r.fault_size is not None}
+    size = lambda r: sizes.get(r.case, r.fault_size)  # the fp32 twin's (the fault alone) where there is one
+    big = [r for r in silent if size(r) is None or size(r) >= SILENT_SIZE]
+    small = [r for r in silent if r not in big]
+    desc = lambda rs: "; ".join(f"{r.case} {r.regime} (size " + (f"{size(r):.2%}" if size(r) is not None
+                                                                  else "unmeasured") + ")" for r in rs[:8])
+    out.append(f"silent passes   {len(big)} planted faults of {SILENT_SIZE:.0%} or more (or unmeasured) exit 0 "
+               f"(no divergence, nothing unchecked)" + (": " + desc(big) if big else ""))
+    out.append(f"silent small    {len(small)} planted faults under {SILENT_SIZE:.0%} exit 0" + (": " + desc(small) if small else ""))
     unchecked = [r for r in results if r.unchecked and not r.diverged]
     if unchecked:
         out.append(f"unchecked       {len(unchecked)} comparisons exit 1 on unchecked keys alone: "

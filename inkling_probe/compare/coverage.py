@@ -17,9 +17,12 @@ FAULT_ROWS = 0.25
 REASONS = ("set aside", "not comparable", "unreadable", "missing")
 
 
-def cover(row, recorded: int | None, compared: int | None, aside: int = 0, whole: str = "") -> None:
+def cover(row, recorded: int | None, compared: int | None, aside: int = 0, whole: str = "",
+          share: tuple | None = None) -> None:
     """Fill the row's coverage. ``compared``: rows both sides hold (None: as recorded); ``whole``: a
-    reason that no row was judged (not comparable, unreadable)."""
+    reason that no row was judged (not comparable, unreadable); ``share``: ``(aside, compared)`` over
+    the whole key when one key's rows are split over calls (per-expert calls, compare/experts.py):
+    the unchecked test is then taken on the key, not on one call's few rows."""
     recorded = max(int(recorded or 1), 1)
     compared = recorded if compared is None else min(int(compared), recorded)
     if whole:
@@ -29,9 +32,10 @@ def cover(row, recorded: int | None, compared: int | None, aside: int = 0, whole
     row.rows_recorded = recorded
     row.rows_judged = max(compared - int(aside), 0)
     row.not_judged = {k: v for k, v in reasons.items() if v}
-    if row.status in ("exact", "ok") and aside and aside >= FAULT_ROWS * compared:
+    a, n = share if share is not None else (aside, compared)
+    if row.status in ("exact", "ok") and a and a >= FAULT_ROWS * n:
         row.status = "unchecked"
-        row.note = _join(row.note, f"unchecked: {aside} of {compared} token row(s) set aside after a changed "
+        row.note = _join(row.note, f"unchecked: {a} of {n} token row(s) set aside after a changed "
                                    f"decision (a fault on them would not show)")
 
 

@@ -71,10 +71,14 @@ def _compare(ref, cand, control=None, *, name_map=None, metric: str = "rel_rms",
     decision_globs = list(decisions) + (list(getattr(nm, "decisions", None) or []) if nm else [])
     walker = Walker(dumps, ents, report, metric=metric, user=threshold, k=k, decision_globs=decision_globs,
                     batch_rows=(ref_row, cand_row))
-    paired = [p for p in al.pairs if p.cand is not None]
-    with parallel.walk_ahead(dumps, ents, paired, metric, (ref_row, cand_row), jobs):
+    held = {(k, s) for (k, s, c) in ents["candidate"]}  # a call the candidate lacks may pair by expert
+    paired = [p for p in al.pairs if p.cand is not None or (p.key, p.step) in held]
+    ahead = [p for p in paired if p.cand is not None]
+    with parallel.walk_ahead(dumps, ents, ahead, metric, (ref_row, cand_row), jobs):
         for i, p in enumerate(paired):
-            report.rows.append(walker.row(p))
+            row = walker.row(p)
+            if row is not None:
+                report.rows.append(row)
             if progress:
                 progress(i + 1, len(paired), p.key)
     report.control_rows = walker.control_only_rows()

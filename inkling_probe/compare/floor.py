@@ -75,9 +75,12 @@ ROUNDING_K = 2.0
 
 def min_allowance(depth: int, metric: str = "rel_rms", dtypes=()) -> float:
     """The absolute minimum under a control: the fp32 default at ``depth``, and at least ROUNDING_K x
-    the rms of rounding to the coarsest of the key's own ``dtypes`` ((eps / 2) / sqrt(3) relative:
-    bf16 2 x 0.0023 = 0.0045). A tensor of a few dozen bf16 values is rounded differently on each
-    side, and one control's error there is too small a sample to set the allowance alone."""
+    the rms of rounding to the coarsest of ``dtypes`` ((eps / 2) / sqrt(3) relative: bf16 2 x 0.0023
+    = 0.0045): the key's own dtypes and the precision its inputs ran in (the walker passes the
+    upstream precision: an fp32 softmax of bf16 logits carries their rounding). A tensor of a few
+    dozen values is rounded differently on each side, and one control's error there is too small a
+    sample to set the allowance alone (Mixtral's 2 top-k router weights at a decode step: a control
+    error of 0.0005 against a candidate's 0.004 from bf16 logits named them a culprit)."""
     if metric == "max_abs":
         return 0.0
     base = default_threshold("float32", depth, metric)

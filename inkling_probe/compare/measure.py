@@ -34,6 +34,7 @@ class Measured:
     ref: Values | None = None  # the conformed pair, kept only when the caller asks (decisions)
     cand: Values | None = None
     token_dim: int | None = None
+    tokens: list | None = None  # per row, its token(s) where rows are not tokens (compare/experts.py)
 
 
 def same_bits(a: Entry, b: Entry) -> bool:

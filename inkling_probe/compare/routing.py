@@ -94,6 +94,7 @@ class RoutingSteps:
             shape = p.ref.global_shape()
             if shape:
                 side.routed[(p.step, layer_of(p.key))] = (n, int(np.prod(shape)) // max(n, 1))
+            side.same_ids[(p.step, layer_of(p.key))] = p.ref  # the ids, loaded if a per-expert key needs them
             return dec.Decision(token_rows=n), True
         r_ids = np.moveaxis(m.ref.array, m.token_dim, 0) if m.token_dim is not None else m.ref.array.reshape(1, -1)
         c_ids = np.moveaxis(m.cand.array, m.token_dim, 0) if m.token_dim is not None else m.cand.array.reshape(1, -1)
@@ -107,6 +108,7 @@ class RoutingSteps:
         k = int(np.prod(r_ids.shape[1:])) if r_ids.ndim > 1 else 1
         side.routed[(p.step, layer_of(p.key))] = (r_ids.shape[0], k)
         side.ids[(p.step, layer_of(p.key))] = (r_ids, c_ids)
+        side.same_ids.pop((p.step, layer_of(p.key)), None)
         side.decided[(p.step, layer_of(p.key))] = (r_ids, c_ids, d, scores[0] is not None)
         side.note_changes(p.step, d.token_rows, d.changed, layer_of(p.key))
         return d, scores[0] is not None

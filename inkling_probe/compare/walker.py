@@ -16,6 +16,7 @@ import numpy as np
 
 from inkling_probe.compare import coverage, floor, steps
 from inkling_probe.compare.align import Entry, Pair, layer_of
+from inkling_probe.compare.experts import ExpertCalls
 from inkling_probe.compare.measure import Measured, load, measure, token_rows
 from inkling_probe.compare.ranks import check_replicated
 from inkling_probe.compare.reach import Reach
@@ -46,6 +47,7 @@ class _Side:
     routed: dict = field(default_factory=dict)  # (step, layer) -> (tokens, k) of a decision seen there
     ids: dict = field(default_factory=dict)  # (step, layer) -> (reference ids, candidate ids) [T, k]
     decided: dict = field(default_factory=dict)  # (step, layer) -> (ref ids, other ids, Decision, scored)
+    same_ids: dict = field(default_factory=dict)  # (step, layer) -> reference Entry of a decision equal on both sides
 
     def advance(self, key: str, step: int, dtypes) -> tuple[int | None, int, str | None]:
         """(layer, depth, precision) of the next key."""
@@ -74,7 +76,7 @@ class _Side:
         self.reach.add(step, layer, n_rows, rows, kind)
 
 
-class Walker(RoutingSteps):
+class Walker(RoutingSteps, ExpertCalls):
     """Builds one :class:`Row` per aligned pair (and the control-only rows)."""
 
     def __init__(self, dumps, ents, report: Report, *, metric, user, k, decision_globs, batch_rows):
@@ -87,8 +89,15 @@ class Walker(RoutingSteps):
         self.not_comparable: list[str] = []
 
     # -- one pair ------------------------------------------------------------------------------
-    def row(self, p: Pair) -> Row:
+    def row(self, p: Pair) -> Row | None:
         ref_e, cand_e = p.ref, p.cand
+        if cand_e is None or self._not_comparable(p, self.cand, "candidate"):
+            pl = self._expert_plan(p, self.cand, "candidate")  # per-expert calls (compare/experts.py)
+            if pl is not None:
+                layer, depth, precision = self.cand.advance(p.key, p.step, [ref_e.dtype])
+                return self._expert_row(p, pl, precision, depth, layer)
+            if cand_e is None:
+                return None  # a call the candidate lacks, not paired by expert: listed as only in the reference
         dtypes = [ref_e.dtype, cand_e.dtype]
         layer, depth, precision = self.cand.advance(p.key, p.step, dtypes)
         row = Row(p.key, p.step, p.call, ref_e.key, cand_e.key, ref_e.global_shape(), ref_e.dtype, cand_e.dtype,
@@ -157,7 +166,7 @@ class Walker(RoutingSteps):
         row.metrics, row.error, row.note = m.metrics, m.error, m.note
         row.floor = ctl.error if ctl is not None and ctl.status in ("ok", "exact") else None
         default = self._default(precision, depth, integer=is_integer(p.ref.dtype))
-        minimum = floor.min_allowance(depth, self.metric, [p.ref.dtype, p.cand.dtype])
+        minimum = floor.min_allowance(depth, self.metric, [p.ref.dtype, p.cand.dtype, precision])  # inputs' rounding too
         row.threshold = floor.threshold(row.floor, default, self.user, self.k, minimum)
         width = int(np.prod(p.ref.global_shape())) // max(m.token_rows or 1, 1)
         scale = float(p.ref.first.get("rms") or 0.0) * float(np.sqrt(max(width, 1)))  # an average row's norm

@@ -25,10 +25,14 @@ def _norm(x, w):
 
 
 def run(tokens, *, tie=None, flip=False, fault=None, noise=0.0, decode=0, seed=0, noise_seed=1, tie_step=0,
-        forced=None):
+        forced=None, dispatch=None, expert_fault=None):
     """Steps of (key, tensor[, kwargs]). ``tie=(layer, token)``: that token's 2nd and 3rd expert
     scores are 1e-6 apart (at step ``tie_step``); ``flip``: a noise-sized move swaps them; ``fault=(key, step, rows, fn)``:
-    ``fn`` applied to those rows of that key; ``noise``: relative noise on every recorded float."""
+    ``fn`` applied to those rows of that key; ``noise``: relative noise on every recorded float;
+    ``dispatch``: also record every slot's expert output as ``mlp.experts.act_in`` in an expert
+    layout (``"loop"``: one call per hit expert, rows slot-major as transformers' loop; ``"flat"``:
+    one call of ``T*k`` rows in token order); ``expert_fault=(layer, expert, scale)``: that expert's
+    output scaled (inside the experts: only the per-slot key and the sum see it)."""
     w = _weights(seed)
     g = torch.Generator().manual_seed(noise_seed)
     cache = [[] for _ in range(LAYERS)]  # per layer: rows of v written so far
@@ -69,7 +73,16 @@ def run(tokens, *, tie=None, flip=False, fault=None, noise=0.0, decode=0, seed=0
             logits = rec(f"{p}.mlp.router_logits", logits)
             idx = torch.topk(logits, 2, dim=-1).indices
             rec(f"{p}.mlp.topk_idx", idx, kind="decision", scores=f"{p}.mlp.router_logits")
-            ex = torch.stack([sum(h[t] @ lw["experts"][e] for e in idx[t].tolist()) for t in range(h.shape[0])])
+            scale = lambda e: expert_fault[2] if expert_fault and expert_fault[:2] == (i, e) else 1.0
+            slot = lambda t, e: (h[t] @ lw["experts"][e]) * scale(e)
+            if dispatch == "loop":
+                for e in sorted(set(idx.reshape(-1).tolist())):
+                    j, ts = torch.nonzero(idx.T == e, as_tuple=True)
+                    rec(f"{p}.mlp.experts.act_in", torch.stack([slot(int(t), e) for t in ts]))
+            elif dispatch == "flat":
+                rec(f"{p}.mlp.experts.act_in", torch.stack([slot(t, int(e)) for t in range(h.shape[0])
+                                                            for e in idx[t].tolist()]))
+            ex = torch.stack([sum(slot(t, e) for e in idx[t].tolist()) for t in range(h.shape[0])])
             ex = rec(f"{p}.mlp.experts", ex / 8)
             h = rec(f"{p}.resid", h + ex)
         lg = rec("logits", h @ w["head"])

@@ -50,10 +50,9 @@ def _run(logits, out):
 
 
 def test_candidate_and_control_setting_aside_different_rows_are_measured_on_one_scale(tmp_path):
-    """The seed-3 hunt's mechanism: the control flips at token 1 (its row 1 set aside), the benign
-    candidate at token 5 (its row 5 set aside); both carry the same per-row noise. Measured with the
-    set-aside rows read as exact, the floor and the error were diluted unequally; over the rows each
-    judged they are on one scale."""
+    """The seed-3 hunt's mechanism: the control flips at token 1 (rows 1.. set aside), the benign
+    candidate at token 5 (rows 5.. set aside); both carry the same per-row noise. Measured over all
+    rows, the floor was diluted 16x and the error 3x: flagged. Over the rows each judged: 1x."""
     logits = _tied_logits(0)
     h = torch.randn(T, H, generator=torch.Generator().manual_seed(1))
     ref = write(tmp_path / "r", [_run(logits, h)])
@@ -61,8 +60,9 @@ def test_candidate_and_control_setting_aside_different_rows_are_measured_on_one_
     cand = write(tmp_path / "c", [_run(_flip_at(logits, 5), _rel_noise(h, 0.01, 3))])
     rep = compare(ref, cand, control=ctl)
     row = rep.row("layers.2.mlp.experts")
-    assert row.metrics.extra["rows_judged"] == T - 1 and row.error == pytest.approx(0.01, rel=1e-3)
-    assert row.floor == pytest.approx(0.01, rel=1e-3)  # the control's judged rows, not diluted by its set-aside one
+    # only each side's flipped row is set aside (the rows after it stay judged, compare/reach.py)
+    assert row.metrics.extra["rows_judged"] == 15 and row.error == pytest.approx(0.01, rel=1e-3)
+    assert row.floor == pytest.approx(0.01, rel=1e-3)  # the control's 15 rows, not diluted by its set-aside one
     assert not rep.diverged, (row.error, row.floor, row.row_score)
     # the same rows 0-4 off by 5% are found
     bad = write(tmp_path / "b", [_run(_flip_at(logits, 5), _rel_noise(h, 0.05, 3))])
@@ -100,3 +100,22 @@ def test_row_allowance_rules():
     assert none.tolist() == pytest.approx([3 * 0.0045 * 4, 0.03, 0.03, 0.03])
     exact = floor.row_allowance(2, base=0.01, k=2, k_row=3, ctl_rows=np.zeros(2), minimum=0.0045)
     assert (exact > 0).all()  # a control exact everywhere: the key's allowance, never 0
+
+
+def test_an_fp32_tensor_of_bf16_inputs_is_not_judged_below_bf16_rounding(tmp_path):
+    """Mixtral's decode-step miss: 2 fp32 router weights softmaxed from bf16 logits; the control's
+    error there (a sample of 2 values) was 8x below the candidate's, both bf16 rounding carried into
+    fp32. The minimum allowance takes the precision the inputs ran in, not only the key's dtype."""
+    x = torch.randn(1, 64, generator=torch.Generator().manual_seed(0))
+    w = torch.tensor([[0.6, 0.4]])
+    ref = write(tmp_path / "r", [[("layers.0.h", x), ("layers.0.w", w)]])
+    ctl = write(tmp_path / "k", [[("layers.0.h", x.bfloat16()), ("layers.0.w", w * (1 + 5e-4))]])
+    cand = write(tmp_path / "c", [[("layers.0.h", x.bfloat16()), ("layers.0.w", w * torch.tensor([[1.003, 0.996]]))]])
+    row = compare(ref, cand, control=ctl).row("layers.0.w")
+    assert row.ref_dtype == row.cand_dtype == "float32"
+    assert row.threshold >= 2 * 2 ** -8 / 3 ** 0.5 and not row.diverged, (row.error, row.floor, row.threshold)
+    # an fp32 tensor of fp32 inputs keeps the fp32 minimum: the same change is found there
+    ref32 = write(tmp_path / "r32", [[("layers.0.h", x), ("layers.0.w", w)]])
+    ctl32 = write(tmp_path / "k32", [[("layers.0.h", x * (1 + 1e-7)), ("layers.0.w", w * (1 + 5e-4))]])
+    cand32 = write(tmp_path / "c32", [[("layers.0.h", x * (1 + 1e-7)), ("layers.0.w", w * torch.tensor([[1.003, 0.996]]))]])
+    assert compare(ref32, cand32, control=ctl32).row("layers.0.w").diverged

@@ -108,7 +108,8 @@ def test_a_decision_still_diverged_by_earlier_steps_flips_is_not_born_again(tmp_
     cand = write(tmp_path / "c", [_layer2(_clear_flip(ids, logits), logits, out, norm), _layer2(ids, logits, out, norm)])
     rep = compare(ref, cand, threshold=1e-3)
     step1 = rep.row("layers.2.mlp.topk_idx", step=1)
-    assert step1.decision and step1.diverged and step1.clear_flips == 0  # tainted through the cache (steps.py)
+    # step 1 reads step 0 through the cache (decode steps link their feeders): its score comes in
+    assert step1.decision and step1.diverged and step1.clear_flips == 0 and step1.score_in > 1
     assert [(c.key, c.step) for c in rep.culprits] == [("layers.2.mlp.topk_idx", 0)]
 
 
