@@ -57,14 +57,18 @@ class Dump:
         self.world_size = attn_size or world
         self.ranks = list(range(attn_size)) if attn_size else sorted({s.rank for s in self.segments})
         rows.sort(key=lambda r: (r["step"], r["seq"], r["rank"]))
+        self._set_rows(rows)
+        self._files: OrderedDict[int, h5py.File] = OrderedDict()
+        self._packs: dict[tuple, np.ndarray] = {}
+
+    def _set_rows(self, rows: list[dict]) -> None:
+        """The index rows in execution order, indexed by key and by (key, step, call): no scan a read."""
         self._rows = rows
         self._by_key: dict[str, list[dict]] = defaultdict(list)
-        self._by_ident: dict[tuple, list[dict]] = defaultdict(list)  # (key, step, call) -> rows: no scan a read
+        self._by_ident: dict[tuple, list[dict]] = defaultdict(list)
         for r in rows:
             self._by_key[r["key"]].append(r)
             self._by_ident[(r["key"], r["step"], r["call"])].append(r)
-        self._files: OrderedDict[int, h5py.File] = OrderedDict()
-        self._packs: dict[tuple, np.ndarray] = {}
 
     # -- listing ---------------------------------------------------------------------------
     @property
