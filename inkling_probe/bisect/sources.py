@@ -6,10 +6,6 @@ sibling) are unpacked to one 4-bit code per element.
 """
 from __future__ import annotations
 
-import json
-import os
-import stat
-import struct
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +13,7 @@ import numpy as np
 from inkling_probe.errors import ProbeError
 
 _ST_DTYPES = {"F64": "u8", "F32": "u4", "F16": "u2", "BF16": "u2", "I64": "u8", "I32": "u4", "I16": "u2",
-              "I8": "u1", "U8": "u1", "BOOL": "u1", "F8_E4M3": "u1", "F8_E5M2": "u1", "F8_E8M0": "u1"}
+              "I8": "u1", "U64": "u8", "U32": "u4", "U16": "u2", "U8": "u1", "BOOL": "u1", "F8_E4M3": "u1", "F8_E5M2": "u1", "F8_E8M0": "u1"}
 
 
 class BadSource(ProbeError):
@@ -32,11 +28,8 @@ class SafetensorsSource:
         self.entries: dict[str, tuple[Path, dict, int]] = {}
         for f in files:
             header, start = _header(f)
-            size = f.stat().st_size - start
             for name, meta in header.items():
-                if name != "__metadata__":
-                    _check_entry(f, name, meta, size)
-                    self.entries[name] = (f, meta, start)
+                self.entries[name] = (f, meta, start)
 
     def keys(self) -> list[str]:
         return sorted(self.entries)
@@ -99,44 +92,12 @@ def open_source(path: str, step: int = 0):
         raise BadSource(f"{path}: neither safetensors nor a dump ({e})") from None
 
 
-def _check_entry(f: Path, name: str, meta, size: int) -> None:
-    """A tensor entry that names a known dtype, a shape and byte offsets inside the file that fit it."""
-    def bad(why):
-        return BadSource(f"{f}: tensor {name[:80]!r}: {why}; a damaged safetensors file")
-
-    if not isinstance(meta, dict) or meta.get("dtype") not in _ST_DTYPES:
-        raise bad(f"dtype {meta.get('dtype') if isinstance(meta, dict) else meta!r} unknown")
-    shape, offs = meta.get("shape"), meta.get("data_offsets")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-        raise bad(f"shape {shape!r} is not a list of sizes")
-    if not (isinstance(offs, list) and len(offs) == 2 and all(isinstance(o, int) for o in offs)
-            and 0 <= offs[0] <= offs[1] <= size):
-        raise bad(f"data_offsets {offs!r} outside the file's {size} data bytes")
-    if offs[1] - offs[0] != int(np.prod(shape, dtype=np.int64)) * np.dtype(_ST_DTYPES[meta["dtype"]]).itemsize:
-        raise bad(f"{offs[1] - offs[0]} bytes for shape {shape} of {meta['dtype']}")
-
-
-MAX_HEADER = 100 << 20  # the safetensors format's own bound on the JSON header
-
-
 def _header(f: Path) -> tuple[dict, int]:
-    """The JSON header of a regular file (a FIFO or device is refused before any read), its size
-    bounded by the format's limit and the file's size before it is read."""
+    """Every entry checked against the file (store/safetensors_header.py: regular files only, the
+    header bounded before it is read): a damaged file is one line."""
+    from inkling_probe.store.safetensors_header import BadSafetensors, read_header
+
     try:
-        fd = os.open(f, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as e:
-        raise BadSource(f"{f}: cannot open ({e.strerror})") from None
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise BadSource(f"{f}: not a regular file; a checkpoint is .safetensors files")
-        try:
-            (n,) = struct.unpack("<Q", fh.read(8))
-            if n > min(MAX_HEADER, st.st_size - 8):
-                raise ValueError(f"header of {n} bytes in a file of {st.st_size}")
-            header = json.loads(fh.read(n))
-        except (OSError, ValueError, struct.error) as e:
-            raise BadSource(f"{f}: not a safetensors file ({e})") from None
-    if not isinstance(header, dict):
-        raise BadSource(f"{f}: not a safetensors file (its header is not a JSON object)")
-    return header, 8 + n
+        return read_header(f)
+    except BadSafetensors as e:
+        raise BadSource(str(e)) from None

@@ -97,7 +97,7 @@ def test_bad_safetensors_inputs_are_one_line_exit_2(tmp_path):
     odd = _safetensors(tmp_path / "odd.safetensors", {"x": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}},
                        bytes(8))
     cases = [(tmp_path / "fifo.safetensors", "not a regular file"), (huge, "header of 1000000000000000 bytes"),
-             (past, "outside the file's 8 data bytes"), (odd, "8 bytes for shape [3] of F32")]
+             (past, "outside the file's 8 data bytes"), (odd, "shape [3] of F32 needs 12 bytes, data_offsets span 8")]
     for path, text in cases:
         p = subprocess.run([sys.executable, "-m", "inkling_probe.cli", "bisect", "elements", str(good), str(path)],
                            capture_output=True, text=True, timeout=60)
