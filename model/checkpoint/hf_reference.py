@@ -70,16 +70,18 @@ def _strip_mm(key: str) -> str:
     return "model." + key[len(_MM_PREFIX):] if key.startswith(_MM_PREFIX) else key
 
 
-def to_hf_state_dict(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Native (dense) names -> InklingForCausalLM state-dict names, via transformers' mapping."""
+def to_hf_state_dict(tensors: dict[str, torch.Tensor], strip_mm: bool = True) -> dict[str, torch.Tensor]:
+    """Native (dense) names -> InklingForCausalLM state-dict names, via transformers' mapping
+    (``strip_mm=False``: InklingForConditionalGeneration's, the multimodal prefix kept)."""
     from transformers.core_model_loading import rename_source_key
 
+    name = _strip_mm if strip_mm else (lambda key: key)
     renamings, converters = _mapping()
     out = {}
     for key, tensor in tensors.items():
         renamed, pattern = rename_source_key(key, renamings, converters)
         if pattern is None:
-            out[_strip_mm(renamed)] = tensor
+            out[name(renamed)] = tensor
             continue
         conv = next(c for c in converters if pattern in c.source_patterns)
         first = conv.target_patterns[0]
@@ -87,7 +89,7 @@ def to_hf_state_dict(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor
         for op in conv.operations:
             data = op.convert(data, source_patterns=conv.source_patterns, target_patterns=conv.target_patterns)
         for target, value in data.items():
-            out[_strip_mm(renamed.replace(first, target))] = value
+            out[name(renamed.replace(first, target))] = value
     return out
 
 

@@ -13,7 +13,7 @@ import dataclasses
 
 import torch
 
-from inkling_model.checkpoint.hf_reference import _cast, _mapping, dequantize_experts, hf_text_config
+from inkling_model.checkpoint.hf_reference import _cast, dequantize_experts, hf_text_config, to_hf_state_dict
 from inkling_model.checkpoint.shards import CheckpointError, read_tensors
 
 from .config import MultimodalConfig
@@ -36,22 +36,7 @@ def hf_config(config, mm: MultimodalConfig):
 
 def to_hf_mm_state_dict(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Native (dense) names -> InklingForConditionalGeneration state-dict names."""
-    from transformers.core_model_loading import rename_source_key
-
-    renamings, converters = _mapping()
-    out = {}
-    for key, tensor in tensors.items():
-        renamed, pattern = rename_source_key(key, renamings, converters)
-        if pattern is None:
-            out[renamed] = tensor
-            continue
-        conv = next(c for c in converters if pattern in c.source_patterns)
-        data = {key: tensor}
-        for op in conv.operations:
-            data = op.convert(data, source_patterns=conv.source_patterns, target_patterns=conv.target_patterns)
-        for target, value in data.items():
-            out[renamed.replace(conv.target_patterns[0], target)] = value
-    return out
+    return to_hf_state_dict(tensors, strip_mm=False)
 
 
 def hf_mm_model_from_tensors(config, mm: MultimodalConfig, tensors: dict[str, torch.Tensor], dtype=torch.float32):
