@@ -6,7 +6,7 @@ record() speed work (issue 9); it patches internals, so it follows them.
 Run: python3 scripts/timeline_record.py   (STEPS=6; NULL=1: the writer drops everything; NULL=2:
 the drain too; PROFILE=1: cProfile of the recording thread; DEV=cpu to try it without a GPU)
 """
-import glob, json, os, subprocess, sys, tempfile, time, statistics
+import glob, json, os, subprocess, tempfile, time
 import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.environ.get("OUT", "/tmp")

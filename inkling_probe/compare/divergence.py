@@ -94,7 +94,6 @@ def attribute(rows: list[Row]) -> None:
                 sources[-1].born = "below_allowance"  # the birth this divergence leads back to
         elif not dirty and row.score >= ORIGIN_MIN and row.score >= RISE * row.score_in and not row.decision:
             origin[id(row)] = row  # a sub-allowance birth: a culprit once something it feeds diverges
-    inputs: dict[tuple, list[Row]] = {}  # (key, step) -> its recorded inputs' rows (indexed: no scan per row)
 
 
 def _parents(key: str) -> list[str]:
