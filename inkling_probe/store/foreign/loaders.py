@@ -11,15 +11,11 @@ read with ``allow_pickle=False``; safetensors files are parsed here (header, off
 from __future__ import annotations
 
 import json
-import math
-import os
-import struct
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from inkling_probe.errors import DumpError
-from inkling_probe.store.foreign.sniff import MAX_SAFETENSORS_HEADER
 from inkling_probe.store.stats import bf16_bits_to_float32
 
 
@@ -199,32 +195,14 @@ _NP = {"float64": np.float64, "float32": np.float32, "float16": np.float16, "bfl
 
 
 def _st_header(path: str) -> tuple[dict, int]:
-    size = os.path.getsize(path)
-    with open(path, "rb") as fh:
-        (n,) = struct.unpack("<Q", fh.read(8))
-        if n > MAX_SAFETENSORS_HEADER or n + 8 > size:
-            raise DumpError(f"{path}: safetensors header of {n} bytes does not fit the file (truncated?)")
-        header = json.loads(fh.read(n))
-    if not isinstance(header, dict):
-        raise DumpError(f"{path}: safetensors header is not a JSON object")
-    header.pop("__metadata__", None)
+    """Every entry checked against the file (store/safetensors_header.py), in a dtype read here."""
+    from inkling_probe.store.safetensors_header import read_header
+
+    header, base = read_header(path)
     for name, info in header.items():
-        _check_entry(path, name, info, size - 8 - n)
-    return header, 8 + n
-
-
-def _check_entry(path: str, name: str, info, data_bytes: int) -> None:
-    if not isinstance(info, dict) or info.get("dtype") not in _ST_DTYPES:
-        raise DumpError(f"{path}: tensor {name!r}: unknown safetensors dtype "
-                        f"{info.get('dtype') if isinstance(info, dict) else info!r}")
-    shape, offs = info.get("shape"), info.get("data_offsets")
-    if not (isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)
-            and isinstance(offs, list) and len(offs) == 2 and all(isinstance(o, int) for o in offs)):
-        raise DumpError(f"{path}: tensor {name!r}: bad shape or data_offsets in the header")
-    want = math.prod(shape) * np.dtype(_NP[_ST_DTYPES[info["dtype"]]]).itemsize
-    if not 0 <= offs[0] <= offs[1] <= data_bytes or offs[1] - offs[0] != want:
-        raise DumpError(f"{path}: tensor {name!r}: data_offsets {offs} don't hold {want} bytes inside the "
-                        f"file's {data_bytes} data bytes (truncated?)")
+        if info["dtype"] not in _ST_DTYPES:
+            raise DumpError(f"{path}: tensor {name!r}: unknown safetensors dtype {info['dtype']!r}")
+    return header, base
 
 
 def _describe_safetensors(path: str) -> list[Item]:
