@@ -56,6 +56,11 @@ def step(**layout) -> None:
         _RECORDER.next_step()
 
 
+def step_layout() -> dict:
+    """The current step's layout (what :func:`step` was given), merged into every probe's meta."""
+    return dict(_LAYOUT)
+
+
 def active_recorder():
     """The active recorder, or None."""
     return _RECORDER

@@ -157,8 +157,8 @@ def any_active(model, active: list[int]) -> bool:
     """Whether any request is still decoding: this rank's, or under attention-DP any group's."""
     if model.tp.dp_size == 1:
         return bool(active)
-    n = model.tp.world.all_reduce(torch.tensor([len(active)]))
-    return int(n.item()) > 0
+    n = model.tp.world.all_reduce(torch.tensor([len(active)], device=next(model.parameters()).device))
+    return int(n.item()) > 0  # between steps, never inside a captured one
 
 
 @torch.no_grad()

@@ -47,12 +47,13 @@ class Group:
         dist.all_gather(parts, x.contiguous(), group=self.group)
         return torch.cat(parts, dim=dim)
 
-    def all_gather_sizes(self, n: int) -> list[int]:
-        """Every rank's integer ``n``, in rank order."""
+    def all_gather_sizes(self, n: int, device=None) -> list[int]:
+        """Every rank's integer ``n``, in rank order (a host sync: never inside CUDA-graph capture;
+        ``device``: where the collective runs, the model's device, which NCCL needs)."""
         if self.size == 1:
             return [n]
-        t = torch.tensor([n], dtype=torch.int64)
-        return [int(v) for v in self.all_gather(t, 0)]
+        t = torch.tensor([n], dtype=torch.int64, device=device)
+        return [int(v) for v in self.all_gather(t, 0).tolist()]
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,11 @@ A graph runner calls, per graph and largest first: :meth:`InGraphRecording.plann
 warm-up run, :meth:`capturing` around the capture, and after each replay :meth:`after_replay`
 (starts the async drain) and :meth:`hand_over` (records into the active recorder under its
 current step). The arena is allocated on the first (largest) plan, outside any graph pool.
+
+A graph's slots were planned at its warm-up, whose rows were padding: which rows a replay holds and
+whom they belong to (``rows``, and the step ``layout``, e.g. attention-DP's ``requests``) are the
+runner's to say at each replay, on the host; the drain keeps those rows and stores that layout over
+the planned one (no host sync inside the graph).
 """
 from __future__ import annotations
 
@@ -49,10 +54,11 @@ class InGraphRecording:
             yield
         cap.finish()
 
-    def after_replay(self, key, rows: int | None = None) -> None:
-        """Start draining graph ``key``'s slots (async D2H into pinned memory) when the step is wanted."""
+    def after_replay(self, key, rows: int | None = None, layout: dict | None = None) -> None:
+        """Start draining graph ``key``'s slots (async D2H into pinned memory) when the step is wanted:
+        its first ``rows`` token rows, recorded with the replay's step ``layout`` (module docstring)."""
         if self.recorder.step_id in self.settings.steps:
-            self.drain.start(self.layouts[key], rows)
+            self.drain.start(self.layouts[key], rows, layout)
 
     def check_active(self) -> bool:
         """True while this recording's recorder is the active one; False once recording stopped.

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from inkling_probe import sink
 from inkling_probe.errors import ProbeError
 
 BUDGET_ENV = "INKLING_PROBE_GRAPH_MB"
@@ -74,7 +75,10 @@ class PlanRecorder:
 
     def record(self, name, tensor, *, shard="replicated", dim=None, token_dim=0, meta=None) -> None:
         if isinstance(tensor, torch.Tensor) and self.settings.wants(name):
-            self.layout.add(name, tensor.detach(), dict(shard=shard, dim=dim, token_dim=token_dim, meta=meta))
+            step = sink.step_layout()  # the warm-up's: a replay declares its own (drain.py)
+            own = {k: v for k, v in (meta or {}).items() if k not in step or step[k] != v}
+            self.layout.add(name, tensor.detach(), dict(shard=shard, dim=dim, token_dim=token_dim, meta=meta,
+                                                        own_meta=own))
 
     def next_step(self) -> None:
         """One step per forward: nothing to do while planning."""

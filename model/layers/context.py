@@ -12,6 +12,9 @@ A step is a *decode* step (``is_decode``) when it holds a pool, ``slots [B]`` an
 static (capturable in a CUDA graph). :meth:`StepContext.for_decode` builds one from tensors (the
 runtime's static buffers); a context built from caches of one pool with one token each is one too.
 ``mode`` says how the step is run (``eager``, ``static-eager`` or ``graph``, ``graph_bs`` rows).
+A *padded* decode step (the graph runner's: rows padded to a captured batch size) also holds
+``valid_rows``, a [1] device tensor: its first ``valid_rows`` rows are real, the rest padding. Under
+attention-DP the MoE then gathers every group's rows with fixed sizes (layers/moe.py), no host sync.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class StepContext:
     positions: torch.Tensor | None = None  # [B] int64, decode steps only
     mode: str = "eager"
     graph_bs: int | None = None
+    valid_rows: torch.Tensor | None = None  # [1] int64 on the device, padded decode steps only
 
     def __post_init__(self):
         if self.caches is not None and len(self.caches) != len(self.seq_lens):
@@ -70,9 +74,10 @@ class StepContext:
     @classmethod
     def for_decode(cls, pool, slots: torch.Tensor, positions: torch.Tensor,
                    request_ids: list[int] | None = None, mode: str = "static-eager",
-                   graph_bs: int | None = None) -> "StepContext":
-        """A decode step over static views: a token per request at ``positions [B]`` of ``slots [B]``."""
-        return cls([1] * slots.shape[0], None, request_ids, pool, slots, positions, mode, graph_bs)
+                   graph_bs: int | None = None, valid_rows: torch.Tensor | None = None) -> "StepContext":
+        """A decode step over static views: a token per request at ``positions [B]`` of ``slots [B]``
+        (``valid_rows [1]``: a padded step, of which only the first rows are real)."""
+        return cls([1] * slots.shape[0], None, request_ids, pool, slots, positions, mode, graph_bs, valid_rows)
 
     @property
     def is_decode(self) -> bool:

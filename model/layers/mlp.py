@@ -45,6 +45,6 @@ def _reduce_over_world(y: torch.Tensor, tp: Parallel) -> torch.Tensor:
     """Planted fault ``adp_dense_allreduce``: rows padded to the longest DP group, summed over every
     rank (other requests' rows included), own rows kept."""
     n = y.shape[0]
-    longest = max(tp.dp_peers.all_gather_sizes(n))
+    longest = max(tp.dp_peers.all_gather_sizes(n, y.device))
     padded = F.pad(y, (0, 0, 0, longest - n))  # [Tmax, H]
     return tp.world.all_reduce(padded)[:n]

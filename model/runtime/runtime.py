@@ -6,7 +6,8 @@ buffers (the layers' decode branch), eagerly or by replaying CUDA graphs (model/
 Generation is :func:`inkling_model.generate.generation_loop` with this runtime's decode. Under
 tensor parallelism every rank runs the same runtime (its pool holds its kv heads); under
 attention-DP each group serves its own requests, an idle group decoding a padding row on the scratch
-slot. Switches (read when a runtime is built, unless given): ``INKLING_CUDA_GRAPH=1`` captures the
+slot; with graphs every group replays the batch size they agreed on (model/runtime/graphs.py).
+``capture=False`` runs the graph path's padded steps without capturing (any device). Switches (read when a runtime is built, unless given): ``INKLING_CUDA_GRAPH=1`` captures the
 decode step, ``INKLING_ENFORCE_EAGER=1`` keeps the same runtime eager (the reference side of a
 graph-vs-eager comparison). Every probe records how its step ran (meta ``forward``: ``eager``
 prefill, ``static-eager`` decode, ``graph`` replay with ``graph_bs``: the step context's mode),
@@ -26,30 +27,25 @@ CUDA_GRAPH_ENV = "INKLING_CUDA_GRAPH"
 ENFORCE_EAGER_ENV = "INKLING_ENFORCE_EAGER"
 
 
-def check_model(model, cuda_graph: bool) -> None:
-    """Refuse (ValueError, one line) what the static decode path does not support."""
-    if cuda_graph and model.tp.dp_size != 1:
-        raise ValueError("CUDA graphs under attention-DP (dp_size > 1) are not supported: the MoE's "
-                         "token gather has per-step sizes; use the eager runtime (enforce_eager)")
-
-
 class Runtime:
     """Up to ``max_batch`` concurrent requests of at most ``max_len`` tokens on ``model``."""
 
     def __init__(self, model, max_batch: int = 8, max_len: int = 256, cuda_graph: bool | None = None,
-                 enforce_eager: bool | None = None, batch_sizes=BATCH_SIZES, debug_graphs: bool = False):
+                 enforce_eager: bool | None = None, batch_sizes=BATCH_SIZES, debug_graphs: bool = False,
+                 capture: bool = True):
+        """``capture`` False (with graphs on): the graph path's padded static steps, run without
+        capturing a CUDA graph (``static-eager``, any device; module docstring)."""
         self.model, self.max_len = model, max_len
         self.cuda_graph = env_flag(CUDA_GRAPH_ENV) if cuda_graph is None else cuda_graph
         self.enforce_eager = env_flag(ENFORCE_EAGER_ENV) if enforce_eager is None else enforce_eager
-        check_model(model, self.graphs_on)
         device = next(model.parameters()).device
-        if self.cuda_graph and device.type != "cuda":
+        if self.cuda_graph and capture and device.type != "cuda":
             raise ValueError("CUDA graphs need the model on a CUDA device")
         self.pool = KVPool(model, max_batch, max_len, device)
         self.inputs = StaticInputs(max_batch, self.pool.scratch, device)
         self.requests = {}  # slot -> RequestCache
         self.runner: GraphRunner | None = None
-        self._graph_args = (max_batch, batch_sizes, debug_graphs)
+        self._graph_args = (max_batch, batch_sizes, debug_graphs, capture)
 
     @property
     def graphs_on(self) -> bool:
@@ -66,8 +62,8 @@ class Runtime:
         ``again``: recapture (e.g. after recording was switched on or changed).
         """
         if self.runner is None or again:
-            max_bs, sizes, debug = self._graph_args
-            self.runner = GraphRunner(self.model, self.pool, max_bs, sizes, debug)
+            max_bs, sizes, debug, capture = self._graph_args
+            self.runner = GraphRunner(self.model, self.pool, max_bs, sizes, debug, capture)
             self.runner.capture()
         return self.runner
 
@@ -88,6 +84,9 @@ class Runtime:
     def decode(self, tokens: list[int], slots: list[int], request_ids: list[int] | None = None) -> torch.Tensor:
         """One decode step: ``tokens[i]`` appended to request ``slots[i]``; logits [n, V].
         No slots (an idle attention-DP group): a padding row on the scratch slot, no logits."""
+        if not slots and self.graphs_on:
+            self.capture().replay([], [], [])  # a padding request, the batch size the groups agreed on
+            return None
         if not slots:
             self.inputs.fill([0], [self.pool.scratch], [0], 1)
             decode_step(self.model, self.inputs, self.pool, 1, request_ids=[PAD_REQUEST])
@@ -97,7 +96,7 @@ class Runtime:
         if max(positions) >= self.max_len:
             raise ValueError(f"a request reached the pool's max_len {self.max_len}")
         if self.graphs_on:
-            logits = self.capture().replay(tokens, slots, positions)
+            logits = self.capture().replay(tokens, slots, positions, request_ids)
         else:
             n = len(tokens)
             self.inputs.fill(tokens, slots, positions, n)

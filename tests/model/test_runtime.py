@@ -136,16 +136,3 @@ def test_chunked_prefill_into_one_slot_equals_full_forward(model):
     with pytest.raises(ValueError, match="request of 33 tokens exceeds the pool's max_len 32"):
         model(ids[:3], StepContext([3], [cache]))  # refused before any layer writes
     assert all(torch.equal(a, b) for a, b in zip(before, pool.k.values()))
-
-
-def test_graphs_under_attention_dp_are_refused():
-    """Graphs under attention-DP: one line (the MoE's token gather has per-step sizes); eager is fine."""
-    from inkling_model.config import InklingConfig
-    from inkling_model.model import InklingForCausalLM
-    from inkling_model.parallel import Group, Parallel
-
-    tp = Parallel(world=Group(0, 2, None), attn=Group(), dp_peers=Group(0, 2, None))
-    with torch.device("meta"):
-        model = InklingForCausalLM(InklingConfig.preset("tiny"), tp)
-    with pytest.raises(ValueError, match="CUDA graphs under attention-DP .* are not supported"):
-        Runtime(model, cuda_graph=True)
