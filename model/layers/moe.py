@@ -13,6 +13,11 @@ The gather comes in two forms, one set of expert math:
   fixed sizes; each group's count of real rows is gathered as a device tensor and masks the padding:
   a padding row enters the experts as zeros with weight 0 and no expert (``PAD_EXPERT``), so it picks
   no expert and adds exactly zero, and, the gathered dispatch being per row, never touches a real row.
+
+Both reduce over every rank through the all-reduce strategies (``layers.N.mlp.experts``). The two
+forms reduce tensors of different sizes ([sum T, H], [dp*B, H]); a ring all-reduce over more than two
+ranks may order a row's sum by its position, so they are bit-identical over two ranks, or with the
+``oneshot`` strategy (a fixed rank-order sum), and not otherwise (docs/GRAPHS.md).
 """
 
 from __future__ import annotations
@@ -79,7 +84,7 @@ class MoE(nn.Module):
         xs, idxs, ws = (dp.all_gather(t, 0) for t in (xs, idxs, ws))  # [dp*Tmax, ...]
         keep = torch.cat([torch.arange(n) + r * max(sizes) for r, n in enumerate(sizes)])
         routed = self.experts(xs[keep], idxs[keep], ws[keep], gathered)  # [sum T, H] partial over every rank
-        routed = self.tp.moe.all_reduce(routed)
+        routed = allreduce.all_reduce(routed, self.tp.moe, f"{self.prefix}.experts")
         start = sum(sizes[: dp.rank])
         return routed[start: start + x.shape[0]]  # this rank's own requests
 
@@ -94,5 +99,5 @@ class MoE(nn.Module):
         idxs = torch.where(valid, idxs, torch.full((), PAD_EXPERT, dtype=idxs.dtype, device=idxs.device))
         ws = torch.where(valid, ws, torch.zeros((), dtype=ws.dtype, device=ws.device))
         routed = self.experts(xs, idxs, ws, gathered=True)  # [dp*B, H] partial over every rank
-        routed = self.tp.moe.all_reduce(routed)
+        routed = allreduce.all_reduce(routed, self.tp.moe, f"{self.prefix}.experts")
         return routed[dp.rank * b: (dp.rank + 1) * b]  # this rank's B rows (padding ones zero)
