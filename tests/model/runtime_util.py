@@ -57,7 +57,7 @@ def _side(model, name: str, own, mine, max_new: int, eos) -> tuple:
     if name == "plain":
         res = generate(model, own, max_new, eos, request_ids=mine, on_step=on_step)
     else:  # the same pool length as generate's: the decode branch attends over the whole pool
-        rt = Runtime(model, max_batch=4, max_len=max(len(p) for p in own) + max_new, cuda_graph=name == "static",
+        rt = Runtime(model, max_batch=4, max_len=max([len(p) for p in own], default=1) + max_new, cuda_graph=name == "static",
                      enforce_eager=False, batch_sizes=(1, 2, 4), capture=False)
         res = rt.generate(own, max_new, eos, request_ids=mine, on_step=on_step)
     return [r.tokens for r in res], [torch.stack(s).float() for s in steps]

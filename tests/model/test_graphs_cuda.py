@@ -196,3 +196,67 @@ def test_budget_error_at_capture(model, tmp_path, monkeypatch):
     with pytest.raises(BudgetError, match="over the 0.01 MiB budget") as e:
         decode(model, True, steps=1, dump=str(tmp_path / "d"))
     print(f"\nbudget: {e.value}")
+
+
+def _dp_graph_rank(rank, world, ckpts, root):
+    """One rank of DP 2 x TP 1 on its GPU (NCCL): each format's requests decoded by the eager runtime,
+    by graph replay and by the same padded steps uncaptured (``capture=False``), then recorded by
+    replay and uncaptured; every step's logits of this rank's requests."""
+    from runtime_util import _side, load
+
+    from adp_graph_util import CASES, record_sides
+
+    torch.cuda.set_device(rank)
+    out = {}
+    for fmt, ckpt in ckpts.items():
+        model = load(ckpt, dp=2).to("cuda")
+        for case, prompts in CASES.items():
+            mine = list(range(rank, len(prompts), 2))
+            own = [prompts[i] for i in mine]
+            with allreduce.use("nccl"):
+                sides = {name: _side(model, name, own, mine, 6, None) for name in ("runtime", "static")}
+                sides["graph"] = _graph_side(model, own, mine)
+            out[f"{fmt}/{case}"] = {k: ([list(t) for t in v[0]], [s.cpu() for s in v[1]]) for k, v in sides.items()}
+            record_sides(model, f"{root}/{fmt}/{case}", prompts, sides=("graph", "static"))
+    return out
+
+
+def _graph_side(model, own, mine):
+    steps = [[] for _ in own]
+    rt = Runtime(model, max_batch=4, max_len=max([len(p) for p in own], default=1) + 6, cuda_graph=True,
+                 enforce_eager=False, batch_sizes=(1, 2, 4))
+    res = rt.generate(own, 6, None, request_ids=mine, on_step=lambda i, lg: steps[i].append(lg.clone()))
+    return [r.tokens for r in res], [torch.stack(s).float() for s in steps]
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_dp2_graph_replay_equals_uncaptured_steps(tmp_path):
+    """DP 2 x TP 1 over NCCL, one GPU a rank, bf16 and NVFP4 experts: graph replay (fixed-size MoE
+    gather captured) equals the same padded steps run uncaptured bit for bit, and the eager runtime
+    where no group pads a lone row; with group 1 padding, and idle (its padding request replayed).
+    Recorded replays name the same rows, requests and bits as the uncaptured steps record."""
+    from inkling_model.checkpoint.synthetic import write_random_checkpoint
+    from inkling_model.config import InklingConfig
+    from inkling_model.parallel import spawn
+
+    from adp_graph_util import CASES, same_rows
+
+    ckpts = {"bf16": str(write_random_checkpoint(InklingConfig.preset("tiny"), tmp_path / "bf16", seed=3)),
+             "nvfp4": str(write_random_checkpoint(InklingConfig.preset("tiny", quant_method="nvfp4"),
+                                                  tmp_path / "nvfp4", seed=3, quant="nvfp4"))}
+    ranks = spawn(_dp_graph_rank, 2, ckpts, str(tmp_path / "rec"), backend="nccl")
+    for rank, out in enumerate(ranks):
+        for what, sides in out.items():
+            same = {f"graph=={k}": sides["graph"][0] == sides[k][0]
+                    and all(torch.equal(a, b) for a, b in zip(sides["graph"][1], sides[k][1]))
+                    for k in ("static", "runtime")}
+            print(f"\nDP 2 rank {rank} {what}: {same}")
+            assert same["graph==static"], (rank, what)
+            if not what.endswith("lone"):
+                assert same["graph==runtime"], (rank, what)
+    for fmt in ckpts:
+        for case in CASES:
+            base = tmp_path / "rec" / fmt / case
+            differ = same_rows(str(base / "static"), str(base / "graph"), check_forward=False)
+            print(f"recording {fmt}/{case}: graph rows == uncaptured rows, {len(differ)} differ")
+            assert differ == []

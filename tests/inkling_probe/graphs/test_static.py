@@ -119,3 +119,40 @@ def test_drain_only_wanted_steps(tmp_path):
             assert ig.hand_over() == (ig.layout(1).used if i == 1 else 0)
     assert sorted({(r["key"], r["step"]) for r in inkling_probe.open(str(tmp_path / "d")).index}) == [
         ("a", 1), ("b.idx", 1), ("c", 1)]
+
+
+def test_replay_layout_names_the_rows(tmp_path):
+    """A graph's slots are planned at a warm-up whose rows were padding (its step layout says so);
+    each replay's own layout (which requests its real rows hold) is what the drain stores, the probes'
+    own meta kept: the same rows and meta as eager recording of those requests."""
+    def step(x, **layout):
+        inkling_probe.step(**layout)
+        inkling_probe.probe("a", x * 2)
+        inkling_probe.probe("idx", x.argmax(-1), kind="decision", scores="a")
+
+    reqs = [[[7, 1], [9, 1]], [[7, 1]]]
+    xs = [torch.randn(len(r), 4, generator=torch.Generator().manual_seed(i)) for i, r in enumerate(reqs)]
+    with inkling_probe.recording(tmp_path / "eager", writer="inline"):
+        for x, r in zip(xs, reqs):
+            step(x, forward="static-eager", requests=r)
+    with inkling_probe.recording(tmp_path / "graph", writer="inline") as rec:
+        ig = InGraphRecording(rec, "cpu")
+        with ig.planning(4):
+            step(torch.zeros(4, 4), forward="graph", graph_bs=4, requests=None)  # warm-up: padding rows
+        static_x = torch.zeros(4, 4)
+        for x, r in zip(xs, reqs):
+            static_x.zero_()
+            static_x[: len(r)] = x
+            layout = dict(forward="static-eager", requests=r)
+            inkling_probe.step(**layout)
+            with ig.capturing(4):
+                step(static_x, forward="graph", graph_bs=4, requests=None)
+            ig.after_replay(4, rows=len(r), layout=layout)
+            ig.hand_over()
+    e, g = inkling_probe.open(str(tmp_path / "eager")), inkling_probe.open(str(tmp_path / "graph"))
+    assert [(r["key"], r["step"], r["shape"], r["meta"]) for r in e.index] == \
+        [(r["key"], r["step"], r["shape"], r["meta"]) for r in g.index]
+    assert g.rows("idx", 1)[0]["meta"] == {"forward": "static-eager", "requests": [[7, 1]], "kind": "decision",
+                                           "scores": "a"}
+    for r in e.index:
+        assert torch.equal(e.tensor(r["key"], r["step"]), g.tensor(r["key"], r["step"]))
