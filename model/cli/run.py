@@ -83,9 +83,6 @@ def _check_runtime(impl: str, dp: int, cuda_graph: bool, enforce_eager: bool) ->
         raise BadInput("--cuda-graph needs a CUDA device, and torch.cuda.is_available() is False here")
     if impl != "native":
         raise BadInput(f"{flag} runs inkling_model's decode runtime (--impl native)")
-    if cuda_graph and not enforce_eager and dp > 1:
-        raise BadInput("--cuda-graph: graphs under attention-DP (--dp > 1) are not supported; "
-                       "add --enforce-eager for the eager runtime")
 
 
 def _check_environment(config) -> None:
