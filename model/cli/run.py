@@ -216,7 +216,8 @@ def _record_rank(model, prompts, mine, steps, max_new, eos, dump, gen, opts) -> 
         if opts["cuda_graph"] or opts["enforce_eager"]:  # the decode runtime: static pool, graphs unless eager
             from inkling_model.runtime.runtime import Runtime
 
-            rt = Runtime(model, max_batch=max(len(own), 1), max_len=max(len(p) for p in prompts) + max_new + 1,
+            per_group = -(-len(prompts) // model.tp.dp_size)  # every DP group alike: graphs replay one size
+            rt = Runtime(model, max_batch=max(per_group, 1), max_len=max(len(p) for p in prompts) + max_new + 1,
                          cuda_graph=opts["cuda_graph"], enforce_eager=opts["enforce_eager"])
             out = rt.generate(own, max_new, eos, request_ids=mine, on_step=steps, **gen)
         else:

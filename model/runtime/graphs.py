@@ -29,7 +29,8 @@ BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 
 
 class StaticInputs:
-    """Decode metadata buffers allocated once: ids, slots and positions for up to ``max_bs`` rows."""
+    """Decode metadata buffers allocated once: ids, slots and positions for up to ``max_bs`` rows, and
+    ``valid_rows`` [1], how many of them are real (a padded step's, read inside the graph)."""
 
     def __init__(self, max_bs: int, scratch_slot: int, device):
         self.max_bs, self.scratch = max_bs, scratch_slot
@@ -90,12 +91,25 @@ class GraphRunner:
     def capture(self) -> None:
         """Warm up and capture every batch size, largest first, into one pool (``capture=False``:
         warm up only, planning the in-graph recording's slots)."""
+        self._check_same_sizes()
         rec = inkling_probe.sink.active_recorder()
         if rec is not None:
             from inkling_probe.graphs.session import InGraphRecording
             self.recording = InGraphRecording(rec, self.device)
         for bs in reversed(self.batch_sizes):
             self._capture(bs)
+
+    def _check_same_sizes(self) -> None:
+        """Under attention-DP every group must capture the same batch sizes (their warm-ups and replays
+        run collectives together): ValueError (one line) otherwise, on every rank."""
+        dp = self.model.tp.dp_peers
+        if dp.size == 1:
+            return
+        mine = torch.tensor([len(self.batch_sizes), self.batch_sizes[-1], sum(self.batch_sizes)], device=self.device)
+        every = dp.all_gather(mine, 0).view(dp.size, 3).tolist()  # [dp, 3]
+        if any(row != every[0] for row in every):
+            raise ValueError(f"attention-DP groups would capture different batch sizes (count, largest, sum "
+                             f"per group: {every}): give every group's runtime the same max_batch and batch_sizes")
 
     def _capture(self, bs: int) -> None:
         self.inputs.fill([], [], [], bs)  # every row padding (the scratch slot); every DP group alike

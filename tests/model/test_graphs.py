@@ -154,3 +154,14 @@ def _fill(model) -> None:
             p.data.copy_((torch.rand(p.shape, generator=gen) * 0.5 + 0.1).to(p.dtype))
         else:
             p.data.copy_((torch.randn(p.shape, generator=gen) * 0.05).to(p.dtype))
+
+
+def test_dp_groups_must_capture_the_same_sizes():
+    """Under attention-DP the groups' warm-ups and replays run collectives together: a group whose
+    runtime would capture other batch sizes is refused at capture (one line, every rank), not a hang."""
+    from inkling_model.layers.kv_cache import KVPool
+
+    model, _ = _dp_model(None, "cpu", lambda t: t + 1 if t.dtype == torch.long and t.shape == (3,) else t.clone())
+    pool = KVPool(model, 2, 16)
+    with pytest.raises(ValueError, match=r"groups would capture different batch sizes .*\[\[2, 2, 3\], \[3, 3, 4\]\]"):
+        GraphRunner(model, pool, 2, (1, 2), capture=False).capture()
