@@ -155,7 +155,7 @@ class GraphRunner:
         bs = self.agreed_size(n)
         self.inputs.fill(ids, slots, positions, bs)
         recording = self._recording()
-        layout = self.step_layout(n, bs, request_ids)
+        layout = self.step_layout(n, bs, request_ids) if inkling_probe.enabled() else {}
         inkling_probe.step(**layout)  # the replay's step id, and what its rows are
         self._run(bs)
         if recording is not None:
