@@ -8,8 +8,9 @@ tensor parallelism every rank runs the same runtime (its pool holds its kv heads
 attention-DP each group serves its own requests, an idle group decoding a padding row on the scratch
 slot; with graphs every group replays the batch size they agreed on (model/runtime/graphs.py).
 ``capture=False`` runs the graph path's padded steps without capturing (any device). Switches (read
-when a runtime is built, unless given): ``INKLING_CUDA_GRAPH=1`` captures the decode step, ``INKLING_ENFORCE_EAGER=1`` keeps the same runtime eager (the reference side of a
-graph-vs-eager comparison). Every probe records how its step ran (meta ``forward``: ``eager``
+when a runtime is built, unless given): ``INKLING_CUDA_GRAPH=1`` captures the decode step,
+``INKLING_ENFORCE_EAGER=1`` keeps the same runtime eager (the reference side of a graph-vs-eager
+comparison). Every probe records how its step ran (meta ``forward``: ``eager``
 prefill, ``static-eager`` decode, ``graph`` replay with ``graph_bs``: the step context's mode),
 which graphdiff checks.
 """
