@@ -264,3 +264,36 @@ def test_dp2_graph_replay_equals_uncaptured_steps(tmp_path, world):
             differ = same_rows(str(base / "static"), str(base / "graph"), check_forward=False)
             print(f"recording {fmt}/{case}: graph rows == uncaptured rows, {len(differ)} differ")
             assert differ == []
+
+
+@pytest.mark.parametrize("quant", [None, "nvfp4"])
+def test_dp_graph_capture_on_one_gpu_with_simulated_peer(tmp_path, quant):
+    """One GPU: rank 0 of DP 2 x TP 1 whose peer is simulated (its collectives return a copy of this
+    rank's tensors, as tests/model/test_graphs.py's): the fixed-size MoE gather, padding masks and
+    device-tensor counts captured for real (NCCL inside the graph is what it leaves out: the 2-GPU test
+    above). Three requests on a batch of 4 (a padding row): replay equals the uncaptured steps bit for
+    bit, probes on and off, and the recorded replay names the same rows and requests."""
+    from test_graphs import _dp_model, _fill
+
+    from adp_graph_util import record_sides, same_rows
+
+    model, _ = _dp_model(quant, "cuda", lambda t: t.clone())
+    _fill(model)
+    model.eval()
+    prompts = [[5, 77, 300, 12, 9], [7], [1, 2, 3], [8], list(range(40, 51))]  # ours: 0, 2, 4
+    own, mine = prompts[0::2], [0, 2, 4]
+    logits = {}
+    for name, kw in (("graph", {}), ("static", dict(capture=False))):
+        steps = [[] for _ in own]
+        rt = Runtime(model, max_batch=4, max_len=20, cuda_graph=True, enforce_eager=False, batch_sizes=(1, 2, 4), **kw)
+        res = rt.generate(own, 5, None, request_ids=mine, on_step=lambda i, lg, s=steps: s[i].append(lg.clone()))
+        logits[name] = ([r.tokens for r in res], [torch.stack(s) for s in steps])
+    same = logits["graph"][0] == logits["static"][0] and all(
+        torch.equal(a, b) for a, b in zip(logits["graph"][1], logits["static"][1]))
+    print(f"\nsimulated DP 2 ({quant or 'bf16'} experts): graph == uncaptured {same}, "
+          f"finite {all(bool(torch.isfinite(x).all()) for x in logits['graph'][1])}")
+    assert same
+    record_sides(model, str(tmp_path), prompts, sides=("graph", "static"))
+    differ = same_rows(str(tmp_path / "static"), str(tmp_path / "graph"), check_forward=False)
+    print(f"recorded: graph rows == uncaptured rows ({len(differ)} differ)")
+    assert differ == []
