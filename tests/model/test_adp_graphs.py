@@ -2,7 +2,7 @@
 (``GraphRunner(capture=False)``) on one process whose DP peer is simulated (its collectives return a
 copy of this rank's tensors), and on two spawned gloo ranks (`slow`): the in-graph recording's drain
 names each replay's rows by request, as eager recording does. Logits: test_runtime_exact.py. Real
-capture under DP (two GPUs): test_graphs_cuda.py."""
+capture under DP (two or four GPUs; one GPU with a simulated peer): test_graphs_cuda.py."""
 
 import pytest
 import torch
@@ -36,7 +36,8 @@ def test_static_path_takes_the_fixed_gather_and_records_as_eager(tmp_path, monke
     out = record_sides(model, str(tmp_path), prompts)
     assert out["eager"] == out["static"]
     moe_layers = sum(hasattr(layer.mlp, "experts") for layer in model.layers)
-    # prefill + 3 decode steps of each side; the static side's warm-up plans 3 batch sizes
+    # sized: both prefills and eager's 3 decode steps; fixed: the static side's 3 warm-ups (one per
+    # batch size) and 3 decode steps
     assert calls["fixed"] == moe_layers * (3 + 3) and calls["sized"] == moe_layers * (1 + 3 + 1)
     assert same_rows(str(tmp_path / "eager"), str(tmp_path / "static")) == []
     from inkling_probe.store.reader import Dump
