@@ -86,8 +86,23 @@ def explain_row(row: Row, dumps: dict, ents: dict, walker, tp_sizes, pair=None) 
     ctx = Context(noise=row.threshold or None, token_dim=conf.token_dim, tp_sizes=tp_sizes,
                   head_dim=(ref_e.first.get("meta") or {}).get("head_dim"),
                   routing=_routing(row, dumps, ents, walker, r.shape[conf.token_dim] if conf.token_dim is not None else None),
-                  ref_dtype=conf.ref.dtype, cand_dtype=conf.cand.dtype)
+                  ref_dtype=conf.ref.dtype, cand_dtype=conf.cand.dtype,
+                  inputs=_inputs(row, dumps, ents))
     return call_explain(r, c, ctx)
+
+
+def _inputs(row: Row, dumps: dict, ents: dict) -> dict | None:
+    """The base dump's recorded inputs of the row's key and step (``KEY.in.<name>``), name -> values."""
+    base = "reference" if row.against == "reference" else "control"
+    prefix, out = row.key + ".in.", {}
+    for (key, step, call), e in ents[base].items():
+        if step == row.step and call == row.call and key.startswith(prefix) and "." not in key[len(prefix):]:
+            try:
+                v = load(dumps[base], e)
+            except ProbeError:
+                continue
+            out[key[len(prefix):]] = as_float64(v) if v.packed else np.asarray(v.array)
+    return out or None
 
 
 def call_explain(r: np.ndarray, c: np.ndarray, ctx: Context) -> list:
