@@ -16,7 +16,8 @@ from inkling_corpus.case import Case, Run, Trio
 
 NAME = "multimodal"
 FAULTS = {"renorm_fused_rows": "fused", "vision_fold_order": "vision.layers.0", "audio_codebook_offsets": "audio.embed"}
-EXPLAIN = {"renorm_fused_rows": ("renormalised",), "vision_fold_order": (), "audio_codebook_offsets": ()}
+EXPLAIN = {"renorm_fused_rows": ("renormalised",), "vision_fold_order": ("reordered_input",),
+           "audio_codebook_offsets": ("positionless_lookup",)}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 

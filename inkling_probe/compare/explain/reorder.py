@@ -9,7 +9,8 @@ hypothesis holds for ``T`` when the exact rows are exactly the rows ``T`` leaves
 evidence only when the exact rows are not symmetric under everything (some other reordering, e.g. of
 another axis, would change one of them: a constant or zero row says nothing). Where ``T`` maps one
 row's input onto another's (``T(x_t) == x_u``), the candidate's row t must equal the reference's row
-u: a check that separates transforms when the data has such pairs. Reorderings that touch an axis
+u: a check that separates transforms when the data has such pairs (the confirmed ones are kept
+alone). Reorderings that touch an axis
 along which every row is constant are dropped when one without it splits the rows the same way.
 Cost: one pass over the input per reordering (inputs up to ``recorded.MAX_INPUT`` elements).
 """
@@ -66,6 +67,8 @@ def _one(p: Pair, name: str, x: np.ndarray, exact: np.ndarray, changed: np.ndarr
     if not consistent or not rejected_by_exact:
         return None
     consistent = _drop_constant_dims(consistent, const_dims)
+    if any(c[3] for c in consistent):  # a reordering that pairs rows up and was confirmed beats one untested
+        consistent = [c for c in consistent if c[3]]
     dims = sorted({d for _, ds, _, _ in consistent for d in ds})
     labels = [c[0] for c in consistent]
     confirmed = sum(c[3] for c in consistent)
