@@ -20,7 +20,7 @@ import numpy as np
 from inkling_probe.compare.explain.base import Finding, fmt_num, short_list
 from inkling_probe.compare.explain.blocks import f64
 from inkling_probe.compare.explain.pair import Pair
-from inkling_probe.compare.explain.recorded import MARGIN, MAX_INPUT, row_inputs
+from inkling_probe.compare.explain.recorded import MARGIN, MAX_INPUT, row_errors, row_inputs
 
 MAX_VALUES = 4096
 
@@ -52,7 +52,8 @@ def _one(p: Pair, name: str, ids: np.ndarray) -> Finding | None:
     if res_c > p.noise or res_r <= MARGIN * max(p.noise, 1e-12):
         return None
     pairs = _same_values(ids)
-    ev = {"input": name, "rows": n, "positions": ids.shape[1], "values": values.size, "rank": rank,
+    changed = np.flatnonzero(row_errors(p) > p.noise).tolist()
+    ev = {"input": name, "rows": changed, "n_rows": n, "positions": ids.shape[1], "values": values.size, "rank": rank,
           "residual_rel_rms": res_c, "ref_residual_rel_rms": res_r, "same_values_rows": pairs[:16]}
     same = f"rows {short_list([list(g) for g in pairs], 8)} hold the same values in another order and come out " \
            f"alike; " if pairs else ""
