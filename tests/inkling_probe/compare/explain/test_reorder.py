@@ -33,7 +33,7 @@ def _explain(x, cand_x, f=None):
 def test_transposed_patches_named_with_the_dims():
     x = _patches()
     f = _explain(x, x.transpose(0, 2, 1, 3))["reordered_input"]
-    assert f.evidence["dims"] == [1, 2] and f.evidence["exact_rows"] == [7, 8]
+    assert f.evidence["dims"] == [1, 2] and f.evidence["exact"] == [7, 8] and f.evidence["block"] is None
     assert f.evidence["rows"] == [0, 1, 2, 3, 4, 5, 6, 9] and f.kind == "permutation"
     assert "read in another order" in f.summary
 
@@ -85,3 +85,22 @@ def test_a_changed_row_whose_input_is_symmetric_refutes_it():
     r, c = _module()(x), _module()(x.transpose(0, 2, 1, 3))
     c[7] += 0.5  # a constant patch changed too: not explained by any reordering
     assert "reordered_input" not in {g.name for g in explain(r, c, noise=1e-6, inputs={"0": x})}
+
+
+def test_a_fold_in_another_order_is_named_per_output_position():
+    """An output grid coarsening the input's (space-to-depth): each 2x2 block read transposed, units
+    are output positions; padded (constant) blocks exact, the patch-level rows all changed."""
+    g = np.random.default_rng(3)
+    x = g.standard_normal((4, 4, 4, 3))  # [patches, 4, 4, C]
+    x[:, :, 2:] = g.standard_normal(3)  # the right half padded: its 2x2 blocks constant
+    w = g.standard_normal((12, 8))
+
+    def fold(v, transposed):  # [N, 4, 4, C] -> [N, 2, 2, 2*2*C], neighbours (h, w)- or (w, h)-major
+        b = v.reshape(4, 2, 2, 2, 2, 3).transpose(0, 1, 3, 2, 4, 5)  # [N, H, W, fh, fw, C]
+        if transposed:
+            b = b.transpose(0, 1, 2, 4, 3, 5)
+        return np.tanh(b.reshape(4, 2, 2, 12) @ w)  # [N, 2, 2, 8]
+
+    f = {g.name: g for g in explain(fold(x, False), fold(x, True), noise=1e-6, inputs={"0": x})}["reordered_input"]
+    assert f.evidence["block"] == [2, 2] and f.evidence["rows"] == [0, 1, 2, 3] and f.evidence["exact_units"] == 8
+    assert "dims 1<->2 swapped" in f.evidence["transforms"] and "within each 2x2 block" in f.summary
