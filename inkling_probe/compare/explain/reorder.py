@@ -14,8 +14,8 @@ of another axis, would change one of them: a constant or zero input says nothing
 one unit's input onto another's (``T(x_u) == x_v``), the candidate's unit u must equal the
 reference's unit v: a check that separates transforms when the data has such pairs (the confirmed
 ones are kept alone). Reorderings that touch an axis along which no unit varies are dropped when one
-without it splits the units the same way. Cost: a float64 copy of the pair and one pass over the
-input per reordering (both up to ``recorded.MAX_INPUT`` elements).
+without it splits the units the same way. Cost: one pass over the pair (float64 a block at a time)
+and one over the input per reordering (both up to ``recorded.MAX_INPUT`` elements).
 """
 from __future__ import annotations
 
@@ -28,6 +28,8 @@ from inkling_probe.compare.explain.base import Finding, short_list
 from inkling_probe.compare.explain.blocks import f64
 from inkling_probe.compare.explain.pair import Pair
 from inkling_probe.compare.explain.recorded import MARGIN, MAX_INPUT, row_inputs
+
+CHUNK = 1 << 19  # elements converted to float64 at a time
 
 
 def reordered_input(p: Pair) -> Finding | None:
@@ -67,8 +69,11 @@ def _grid_view(p: Pair, x: np.ndarray):
 
 def _split(r: np.ndarray, c: np.ndarray, noise: float):
     """(exact units, changed units) by each unit's own error; None when one lies in between."""
-    r, c = f64(r), f64(c)
-    rr, dd = (r * r).sum(1), ((c - r) ** 2).sum(1)
+    rr, dd = np.empty(r.shape[0]), np.empty(r.shape[0])
+    step = max(1, CHUNK // max(r.shape[1], 1))
+    for a in range(0, r.shape[0], step):  # float64 a few MiB at a time
+        rb, cb = f64(r[a:a + step]), f64(c[a:a + step])
+        rr[a:a + step], dd[a:a + step] = (rb * rb).sum(1), ((cb - rb) ** 2).sum(1)
     with np.errstate(divide="ignore", invalid="ignore"):
         e = np.where(rr > 0, np.sqrt(dd / np.where(rr > 0, rr, 1.0)), np.where(dd > 0, np.inf, 0.0))
     tol = max(noise, 1e-12)
