@@ -100,8 +100,11 @@ def _split_parts(mask: np.ndarray, dim: int, parts: list, rest: list) -> list[di
         part = _take(mask, dim, start, stop)
         count = int(part.sum())
         if count:
+            inside = split(part, [(unit, dim, size)] + rest)
+            if unit == "rows":  # text row blocks keep the stream's row numbers (patches / frames count from 0)
+                inside = [{**r, "start": r["start"] + start, "stop": r["stop"] + start} for r in inside]
             out.append({"unit": label, "start": start, "stop": stop, "size": stop - start, "diverged": count,
-                        "of": int(part.size), "inside": split(part, [(unit, dim, size)] + rest)})
+                        "of": int(part.size), "inside": inside})
     return out
 
 
@@ -149,7 +152,7 @@ def bisect_elements(path_a: str, path_b: str, keys: str | None = None, step: int
     if not chosen:
         from inkling_probe.bisect.sources import BadSource
         raise BadSource(f"no common key{' matching ' + keys if keys else ''} in {path_a} and {path_b}")
-    media = a.media() if hasattr(a, "media") else None
+    media = (a.media() or b.media()) if hasattr(a, "media") and hasattr(b, "media") else None
     rows = []
     for i, k in enumerate(chosen):
         rows.append(compare_key(a, b, k, media))

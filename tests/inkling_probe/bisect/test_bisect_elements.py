@@ -149,8 +149,17 @@ def test_text_and_audio_rows_named_apart(tmp_path):
     a, b = _media_dumps(tmp_path, change)
     (row,) = bisect_elements(a, b)["diverged_keys"]
     lines = region_lines(row["regions"])
-    assert lines[0] == "text (rows 0-1): 1 of 64" and "audio 0 (rows 9-11): 32 of 96" in lines
+    assert lines[:2] == ["text (rows 0-1): 1 of 64", "  rows 0-1: 1 of 64"] and "audio 0 (rows 9-11): 32 of 96" in lines
     assert "  frames 1: 32 of 32" in lines
+
+
+def test_text_row_blocks_keep_the_stream_numbering(tmp_path):
+    def change(f, v):
+        f[16] += 1  # text row 16 (the run after image 1 starts at row 16)
+
+    a, b = _media_dumps(tmp_path, change)
+    (row,) = bisect_elements(a, b)["diverged_keys"]
+    assert region_lines(row["regions"])[:2] == ["text (rows 16-17): 32 of 64", "  rows 16-17: 32 of 64"]
 
 
 def test_no_layout_no_media_split(tmp_path):
