@@ -11,7 +11,8 @@ RGB and RGBA modes) or a channels-last uint8 numpy array. Ours: :func:`processor
 same pixels (a PIL image's array). Tolerance: bit-exact, except numpy RGBA arrays: transformers'
 torchvision path blends them onto white in float32 and truncates, where ours (like transformers for
 a PIL image) uses Pillow's integer ``alpha_composite``: within one 8-bit level (``LEVEL``).
-Resizing (``rescale_image_frac``) is off by default in transformers and not implemented here.
+Resizing (``rescale_image_frac``) is off by default in transformers and not implemented here (a
+checkpoint asking for it is refused: ``checkpoint.read_multimodal_config``).
 """
 from __future__ import annotations
 

@@ -148,3 +148,21 @@ def test_to_rgb_composites_like_pillow_on_every_value_and_alpha():
     assert np.array_equal(to_rgb(grey), np.repeat(grey[..., None], 3, 2)) and np.array_equal(to_rgb(grey[..., None]), to_rgb(grey))
     with pytest.raises(MediaError, match=r"got float32 \(2, 2, 3\)"):
         to_rgb(np.zeros((2, 2, 3), np.float32))
+
+
+def test_a_resize_asked_by_the_image_processor_config_is_refused(tmp_path):
+    """transformers' rescale_image_frac (a resize before patching) is not done here: refused, not ignored."""
+    import json
+
+    from inkling_model.checkpoint.shards import CheckpointError
+    from inkling_model.config import InklingConfig
+    from inkling_model.multimodal.checkpoint import read_multimodal_config, write_multimodal_checkpoint
+    from inkling_model.multimodal.config import MultimodalConfig
+
+    cfg = InklingConfig.preset("tiny")
+    ck = write_multimodal_checkpoint(cfg, MultimodalConfig.preset("tiny", cfg), tmp_path / "ck", seed=0)
+    (ck / "preprocessor_config.json").write_text(json.dumps({"rescale_image_frac": None}))
+    assert read_multimodal_config(ck)[1].vision.patch_size == 2  # transformers' default: accepted
+    (ck / "preprocessor_config.json").write_text(json.dumps({"rescale_image_frac": 0.5}))
+    with pytest.raises(CheckpointError, match=r"preprocessor_config.json: rescale_image_frac 0.5 is not supported"):
+        read_multimodal_config(ck)
