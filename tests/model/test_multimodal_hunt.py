@@ -167,3 +167,20 @@ def test_input_hypotheses_do_not_fire_elsewhere(hunt):
         names = {f.name for c in rep.culprits for f in rep.findings(c.key, c.step)}
         expected = {TOWER_EXPLAINED.get(name)} - {None}
         assert names & set(TOWER_EXPLAINED.values()) <= expected, (name, names)
+
+
+def test_bisect_elements_names_the_image_and_its_patches(hunt):
+    """bisect elements between a clean run and the fold-order fault: vision.out and fused split by image,
+    then patch; the padded patches (symmetric, so unchanged) are not among them."""
+    from inkling_probe.bisect.elements import bisect_elements
+
+    res = bisect_elements(hunt["dumps"]["ours-fp32"], _faulty(hunt, "vision_fold_order", "fp32"), "vision.out,fused")
+    rows = {r["key"]: r["regions"] for r in res["diverged_keys"]}
+    spans, _ = modality.layout(inkling_probe.open(hunt["dumps"]["ours-fp32"]))
+    first, n = next((s[2], s[3]) for s in spans if s[0] == "image")
+    for key, start in (("vision.out", 0), ("fused", first)):
+        (img,) = rows[key]
+        assert (img["unit"], img["start"], img["stop"]) == ("image 0", start, start + n)
+        patches = [p for r in img["inside"] for p in range(r["start"], r["stop"])]
+        assert patches and set(patches) < set(range(n)) and all(r["unit"] == "patches" for r in img["inside"])
+    assert [r["start"] for r in rows["vision.out"][0]["inside"]] == [r["start"] for r in rows["fused"][0]["inside"]]
