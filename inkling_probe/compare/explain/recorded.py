@@ -40,15 +40,3 @@ def row_errors(p: Pair) -> np.ndarray | None:
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(rr > 0, np.sqrt(dd / np.where(rr > 0, rr, 1.0)), np.where(dd > 0, np.inf, 0.0))
 
-
-def split_rows(p: Pair) -> tuple[np.ndarray, np.ndarray] | None:
-    """(exact rows, changed rows): error at most the noise / over MARGIN x noise; None when a row
-    lies in between (neither) or the error has no rows."""
-    e = row_errors(p)
-    if e is None:
-        return None
-    tol = max(p.noise, 1e-12)
-    exact, changed = np.flatnonzero(e <= tol), np.flatnonzero(e > MARGIN * tol)
-    if exact.size + changed.size != e.size:
-        return None
-    return exact, changed
