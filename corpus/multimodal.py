@@ -16,7 +16,8 @@ from inkling_corpus.case import Case, Run, Trio
 
 NAME = "multimodal"
 FAULTS = {"renorm_fused_rows": "fused", "vision_fold_order": "vision.layers.0", "audio_codebook_offsets": "audio.embed"}
-EXPLAIN = {"renorm_fused_rows": ("renormalised",), "vision_fold_order": (), "audio_codebook_offsets": ()}
+EXPLAIN = {"renorm_fused_rows": ("renormalised",), "vision_fold_order": ("reordered_input",),
+           "audio_codebook_offsets": ("positionless_lookup",)}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -50,7 +51,7 @@ def _inputs(root: str):
     if not os.path.isdir(ck):
         write_multimodal_checkpoint(cfg, mm, ck, seed=0)
     g = np.random.default_rng(0)
-    t = np.arange(3200) / 16000
+    t = np.arange(16000) / 16000  # 1 s: 20 frames over 11 levels (a lookup fit needs more frames than levels)
     media = MediaInputs.build(mm, [g.integers(0, 256, (5, 6, 3), dtype=np.uint8)],
                               [torch.tensor(0.3 * np.sin(2 * np.pi * (300 + 2000 * t) * t), dtype=torch.float32)])
     ids = expand_placeholders([1, 17, 42, mm.image_token_id, 99, 7, mm.audio_token_id, 300, 12], mm, media)

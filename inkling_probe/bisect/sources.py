@@ -70,6 +70,16 @@ class DumpSource:
     def packed_fp4(self, key: str) -> bool:
         return "fp4" in self.dtype(key) or "float4" in self.dtype(key)
 
+    def token_dim(self, key: str) -> int | None:
+        return self.dump.rows(key, self.step)[0].get("token_dim")
+
+    def media(self) -> tuple[list, int] | None:
+        """(media spans, fused rows) of the step (docs/MULTIMODAL.md), or None for a text-only dump."""
+        from inkling_probe.compare.modality import layout
+
+        got = layout(self.dump, self.step)
+        return got if got and got[0] else None
+
 
 def unpack_fp4(packed: np.ndarray) -> np.ndarray:
     """uint8 [..., n] -> 4-bit codes [..., 2n], the even element from the low nibble."""

@@ -12,6 +12,8 @@ hypotheses need more than one pair and live here:
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from inkling_probe.compare.conform import ShapeMismatch, conform
@@ -86,8 +88,35 @@ def explain_row(row: Row, dumps: dict, ents: dict, walker, tp_sizes, pair=None) 
     ctx = Context(noise=row.threshold or None, token_dim=conf.token_dim, tp_sizes=tp_sizes,
                   head_dim=(ref_e.first.get("meta") or {}).get("head_dim"),
                   routing=_routing(row, dumps, ents, walker, r.shape[conf.token_dim] if conf.token_dim is not None else None),
-                  ref_dtype=conf.ref.dtype, cand_dtype=conf.cand.dtype)
+                  ref_dtype=conf.ref.dtype, cand_dtype=conf.cand.dtype,
+                  inputs=_inputs(row, dumps, ents, r.shape[conf.token_dim] if conf.token_dim is not None else
+                                 (r.shape[0] if r.ndim >= 2 else None)))
     return call_explain(r, c, ctx)
+
+
+def _inputs(row: Row, dumps: dict, ents: dict, n_rows: int | None) -> dict | None:
+    """The base dump's recorded inputs of the row's key and step (``KEY.in.<name>``), name -> values:
+    only those the input hypotheses can read (``n_rows`` rows along dim 0, after leading 1s; at most
+    ``explain.recorded.MAX_INPUT`` elements), so nothing else is loaded."""
+    from inkling_probe.compare.explain.recorded import MAX_INPUT
+
+    if n_rows is None:
+        return None
+    base = "reference" if row.against == "reference" else "control"
+    prefix, out = row.key + ".in.", {}
+    for (key, step, call), e in ents[base].items():
+        if step == row.step and call == row.call and key.startswith(prefix) and "." not in key[len(prefix):]:
+            shape = list(e.global_shape())
+            while len(shape) > 1 and shape[0] == 1 and n_rows != 1:
+                shape.pop(0)
+            if not shape or shape[0] != n_rows or math.prod(shape) > MAX_INPUT:
+                continue
+            try:
+                v = load(dumps[base], e)
+            except ProbeError:
+                continue
+            out[key[len(prefix):]] = as_float64(v) if v.packed else np.asarray(v.array)
+    return out or None
 
 
 def call_explain(r: np.ndarray, c: np.ndarray, ctx: Context) -> list:

@@ -26,6 +26,12 @@ FUSED = "fused"
 KINDS = ("text", "image", "audio")
 TOWERS = {"image": ("vision.",), "audio": ("audio.",)}
 TOWER_NAMES = {"image": "vision tower", "audio": "audio tower"}
+ROW_FINDINGS = {  # explain findings whose evidence names rows: what compare prints after the rows, from the evidence
+    "reordered_input": lambda ev: f"changed, input {ev.get('input')} read in another order along dims "
+                                  f"{tuple(ev.get('dims') or ())} (the exact ones: those the reordering leaves unchanged)",
+    "positionless_lookup": lambda ev: f"a lookup of input {ev.get('input')} that ignores the position "
+                                      "(per-position codebook offsets dropped)",
+}
 
 
 def layout(dump: Dump, step: int = 0) -> tuple[list, int] | None:
@@ -152,6 +158,8 @@ def lines(report, ref: Dump, cand: Dump, judged: str | None = None) -> list[str]
             if f.name == "renormalised_rows" and rows:
                 out.append(f"  explain {c.key}: {name_rows(back(c.key, rows), spans, n, c.key)} re-normalised: "
                            "each row scaled to unit rms")
+            elif f.name in ROW_FINDINGS and rows:
+                out.append(f"  explain {c.key}: {name_rows(back(c.key, rows), spans, n, c.key)}: {ROW_FINDINGS[f.name](f.evidence or {})}")
     return out
 
 

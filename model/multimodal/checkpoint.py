@@ -138,4 +138,20 @@ def read_multimodal_config(ckpt_dir):
     mm = MultimodalConfig.from_pretrained(ckpt_dir)
     if mm is None:
         raise CheckpointError(f"{Path(ckpt_dir) / 'config.json'}: no vision_config/audio_config (a text-only checkpoint)")
+    _check_preprocessor(Path(ckpt_dir) / "preprocessor_config.json")
     return InklingConfig.from_pretrained(ckpt_dir), mm
+
+
+def _check_preprocessor(path: Path) -> None:
+    """A transformers image-processor config asking for what ours does not do is refused, not ignored:
+    a resize before patching (``rescale_image_frac``) would make other pixels than transformers'."""
+    if not path.is_file():
+        return
+    try:
+        pre = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: not readable JSON ({e})") from None
+    frac = pre.get("rescale_image_frac") if isinstance(pre, dict) else None
+    if frac is not None:
+        raise CheckpointError(f"{path}: rescale_image_frac {frac!r} is not supported (inkling_model's image "
+                              "processor does not resize; transformers' default is null)")

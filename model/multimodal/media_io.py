@@ -1,8 +1,9 @@
 """Reading and writing media files with the standard library: PNG (zlib), WAV (wave); JPEG through
 Pillow when it is installed. Nothing is downloaded; bad files are one-line :class:`MediaError`s.
 
-PNG: Pillow when installed, else the stdlib reader; 8-bit greyscale, RGB, grey+alpha or RGBA, non-interlaced (alpha dropped, as a convert to RGB
-over no background; grey repeated over 3 channels). WAV: 16-bit (or 8/32-bit) PCM, mono or the
+PNG: Pillow when installed, else the stdlib reader; 8-bit greyscale, RGB, grey+alpha or RGBA, non-interlaced
+(converted to RGB as transformers does for a PIL image: grey repeated over 3 channels, transparency
+composited onto white, :func:`processor.to_rgb`). WAV: 16-bit (or 8/32-bit) PCM, mono or the
 channel mean, at the processor's sampling rate (16 kHz; no resampling: another rate is an error).
 """
 
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .processor import MediaError
+from .processor import MediaError, to_rgb
 
 _PNG_SIG = b"\x89PNG\r\n\x1a\n"
 _CHANNELS = {0: 1, 2: 3, 4: 2, 6: 4}
@@ -91,8 +92,7 @@ def read_png(path) -> np.ndarray:
         raise MediaError(f"{path}: corrupt PNG data ({e})") from None
     if len(raw) != h * (w * ch + 1):
         raise MediaError(f"{path}: PNG data holds {len(raw)} bytes, {h * (w * ch + 1)} expected")
-    px = _unfilter(raw, h, w * ch, ch).reshape(h, w, ch)
-    return np.repeat(px[..., :1], 3, axis=2) if ch <= 2 else np.ascontiguousarray(px[..., :3])
+    return to_rgb(_unfilter(raw, h, w * ch, ch).reshape(h, w, ch))
 
 
 def write_png(path, rgb: np.ndarray) -> Path:
@@ -118,7 +118,8 @@ def read_jpeg(path) -> np.ndarray:
         raise MediaError(f"{path}: reading JPEG needs Pillow (pip install pillow); PNG needs nothing") from None
     try:
         with Image.open(path) as im:
-            return np.asarray(im.convert("RGB"))
+            alpha = "A" in im.getbands() or im.info.get("transparency") is not None
+            return to_rgb(np.asarray(im.convert("RGBA" if alpha else "RGB")))
     except OSError as e:
         raise MediaError(f"{path}: not a readable image ({e})") from None
 

@@ -39,10 +39,38 @@ def patch_grid(height: int, width: int, patch: int) -> tuple[int, int]:
     return (height + patch - 1) // patch, width // patch + 1
 
 
+def to_rgb(image: np.ndarray) -> np.ndarray:
+    """uint8 grey ``[H, W]`` / ``[H, W, 1]``, grey+alpha ``[H, W, 2]``, RGB or RGBA -> RGB ``[H, W, 3]``, as
+    transformers' ``do_convert_rgb`` does for a PIL image: grey repeated over 3 channels, transparency
+    composited onto white with Pillow's ``alpha_composite`` integer arithmetic (bit-identical to it)."""
+    image = np.asarray(image)
+    if image.dtype != np.uint8 or image.ndim not in (2, 3) or (image.ndim == 3 and image.shape[2] not in (1, 2, 3, 4)):
+        raise MediaError(f"an image must be uint8 [H, W] grey or [H, W, 1|2|3|4] (grey, grey+alpha, RGB, RGBA), "
+                         f"got {image.dtype} {tuple(image.shape)}")
+    if image.ndim == 2:
+        image = image[..., None]
+    if image.shape[2] in (1, 2):
+        image = np.concatenate([np.repeat(image[..., :1], 3, axis=2), image[..., 1:]], axis=2)
+    if image.shape[2] == 3:
+        return np.ascontiguousarray(image)
+    return _over_white(image)
+
+
+def _over_white(rgba: np.ndarray) -> np.ndarray:
+    """Pillow's ``alpha_composite(white, rgba)`` (libImaging/AlphaComposite.c, 7 precision bits)."""
+    a = rgba[..., 3:4].astype(np.uint32)
+    c = rgba[..., :3].astype(np.uint32)
+    outa255 = a * 255 + 255 * (255 - a)  # = 255 * 255: the white background is opaque
+    coef1 = a * 255 * 255 * (1 << 7) // outa255
+    coef2 = 255 * (1 << 7) - coef1
+    tmp = c * coef1 + 255 * coef2 + (0x80 << 7)
+    out = (((tmp >> 8) + tmp) >> 8) >> 7
+    return np.where(a == 0, 255, out).astype(np.uint8)
+
+
 def image_patches(image: np.ndarray, patch: int, frames: int = 2) -> torch.Tensor:
-    """uint8 ``[H, W, 3]`` -> pixel_values ``[N, frames, P, P, 3]`` float32."""
-    if image.ndim != 3 or image.shape[2] != 3:
-        raise MediaError(f"an image must be [H, W, 3] RGB, got shape {tuple(image.shape)}")
+    """uint8 ``[H, W, 3]`` (or anything :func:`to_rgb` takes) -> pixel_values ``[N, frames, P, P, 3]`` float32."""
+    image = to_rgb(image)
     x = torch.from_numpy(np.array(image, dtype=np.uint8)).permute(2, 0, 1).float()  # [3, H, W] (a writable copy)
     rows, cols = patch_grid(x.shape[1], x.shape[2], patch)
     out = torch.full((rows * cols, 3, patch, patch), -1.0)

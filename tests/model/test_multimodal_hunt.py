@@ -138,3 +138,49 @@ def test_placeholder_id_mismatch_is_one_clear_error(hunt):
 def test_fault_needs_its_modality_location_is_registered(hunt):
     for name in MM_FAULTS:
         assert faults.location(name, hunt["cfg"]) in ("fused", "vision.layers.0", "audio.embed")
+
+
+TOWER_EXPLAINED = {"vision_fold_order": "reordered_input", "audio_codebook_offsets": "positionless_lookup"}
+
+
+@pytest.mark.parametrize("name", sorted(TOWER_EXPLAINED))
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_tower_faults_explained_from_the_recorded_inputs(hunt, name, dtype):
+    """The fold order and the dropped codebook offsets are explained at their culprit from its
+    recorded input (transformers' dump) and the rows that stayed exact / came out alike."""
+    control = hunt["dumps"]["ours-bf16"] if dtype == "bf16" else None
+    rep = compare(hunt["dumps"]["hf-fp32"], _faulty(hunt, name, dtype), control=control)
+    loc = faults.location(name, hunt["cfg"])
+    found = {f.name: f for f in rep.findings(loc)}
+    assert TOWER_EXPLAINED[name] in found, [f.summary for f in found.values()]
+    if name == "vision_fold_order":  # the patch's spatial dims of pixel_values [N, T, P, P, C]
+        assert found["reordered_input"].evidence["dims"] == [2, 3]
+    lines = modality.lines(rep, inkling_probe.open(hunt["dumps"]["hf-fp32"]), inkling_probe.open(_faulty(hunt, name, dtype)))
+    assert any(ln.startswith(f"  explain {loc}: ") for ln in lines), lines
+
+
+def test_input_hypotheses_do_not_fire_elsewhere(hunt):
+    """Neither input hypothesis is claimed for the re-norm, a decoder fault or the other tower's fault."""
+    for name in ("renorm_fused_rows", "gate_up_layout", *TOWER_EXPLAINED):
+        out = _faulty(hunt, name, "fp32")
+        rep = compare(hunt["dumps"]["hf-fp32"], out)
+        names = {f.name for c in rep.culprits for f in rep.findings(c.key, c.step)}
+        expected = {TOWER_EXPLAINED.get(name)} - {None}
+        assert names & set(TOWER_EXPLAINED.values()) <= expected, (name, names)
+
+
+def test_bisect_elements_names_the_image_and_its_patches(hunt):
+    """bisect elements between a clean run and the fold-order fault: vision.out and fused split by image,
+    then patch; the padded patches (symmetric, so unchanged) are not among them."""
+    from inkling_probe.bisect.elements import bisect_elements
+
+    res = bisect_elements(hunt["dumps"]["ours-fp32"], _faulty(hunt, "vision_fold_order", "fp32"), "vision.out,fused")
+    rows = {r["key"]: r["regions"] for r in res["diverged_keys"]}
+    spans, _ = modality.layout(inkling_probe.open(hunt["dumps"]["ours-fp32"]))
+    first, n = next((s[2], s[3]) for s in spans if s[0] == "image")
+    for key, start in (("vision.out", 0), ("fused", first)):
+        (img,) = rows[key]
+        assert (img["unit"], img["start"], img["stop"]) == ("image 0", start, start + n)
+        patches = [p for r in img["inside"] for p in range(r["start"], r["stop"])]
+        assert patches and set(patches) < set(range(n)) and all(r["unit"] == "patches" for r in img["inside"])
+    assert [r["start"] for r in rows["vision.out"][0]["inside"]] == [r["start"] for r in rows["fused"][0]["inside"]]

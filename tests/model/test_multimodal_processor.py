@@ -96,8 +96,10 @@ def test_stdlib_png_reader_equals_pillow_on_every_filter(tmp_path, mode):
     px[:, :8] = px[:, :1]  # smooth runs make Pillow's adaptive filter pick sub/up/average/paeth rows
     im = Image.fromarray(px[..., 0] if ch == 1 else px, mode)
     im.save(tmp_path / "f.png", optimize=True)
-    want = np.asarray(im.convert("RGB"))
+    white = Image.new("RGBA", im.size, (255, 255, 255, 255))  # transformers' convert_to_rgb of a PIL image
+    want = np.asarray(Image.alpha_composite(white, im.convert("RGBA")).convert("RGB"))
     assert np.array_equal(read_png(tmp_path / "f.png"), want)
+    assert np.array_equal(read_image(tmp_path / "f.png"), want)  # the Pillow path alike
 
 
 def _filtered_png(path, px: np.ndarray, filters) -> None:
@@ -126,3 +128,41 @@ def test_png_reader_undoes_all_five_filters(tmp_path):
     px = synthetic_image(10, 7, seed=5)
     _filtered_png(tmp_path / "f.png", px, [0, 1, 2, 3, 4])
     assert np.array_equal(read_png(tmp_path / "f.png"), px)
+
+
+def test_to_rgb_composites_like_pillow_on_every_value_and_alpha():
+    """RGBA / grey+alpha onto white bit-identical to Pillow's alpha_composite (transformers' convert of
+    a PIL image) for every (value, alpha) pair; grey repeated; anything else one MediaError."""
+    from inkling_model.multimodal.processor import to_rgb
+
+    Image = pytest.importorskip("PIL.Image")
+    v, a = np.meshgrid(np.arange(256), np.arange(256))
+    rgba = np.stack([v, 255 - v, (v * 7) % 256, a], -1).astype(np.uint8)
+    white = Image.new("RGBA", (256, 256), (255, 255, 255, 255))
+    want = np.asarray(Image.alpha_composite(white, Image.fromarray(rgba, "RGBA")).convert("RGB"))
+    assert np.array_equal(to_rgb(rgba), want)
+    la = np.stack([v, a], -1).astype(np.uint8)
+    want = np.asarray(Image.alpha_composite(white, Image.fromarray(la, "LA").convert("RGBA")).convert("RGB"))
+    assert np.array_equal(to_rgb(la), want)
+    grey = v.astype(np.uint8)
+    assert np.array_equal(to_rgb(grey), np.repeat(grey[..., None], 3, 2)) and np.array_equal(to_rgb(grey[..., None]), to_rgb(grey))
+    with pytest.raises(MediaError, match=r"got float32 \(2, 2, 3\)"):
+        to_rgb(np.zeros((2, 2, 3), np.float32))
+
+
+def test_a_resize_asked_by_the_image_processor_config_is_refused(tmp_path):
+    """transformers' rescale_image_frac (a resize before patching) is not done here: refused, not ignored."""
+    import json
+
+    from inkling_model.checkpoint.shards import CheckpointError
+    from inkling_model.config import InklingConfig
+    from inkling_model.multimodal.checkpoint import read_multimodal_config, write_multimodal_checkpoint
+    from inkling_model.multimodal.config import MultimodalConfig
+
+    cfg = InklingConfig.preset("tiny")
+    ck = write_multimodal_checkpoint(cfg, MultimodalConfig.preset("tiny", cfg), tmp_path / "ck", seed=0)
+    (ck / "preprocessor_config.json").write_text(json.dumps({"rescale_image_frac": None}))
+    assert read_multimodal_config(ck)[1].vision.patch_size == 2  # transformers' default: accepted
+    (ck / "preprocessor_config.json").write_text(json.dumps({"rescale_image_frac": 0.5}))
+    with pytest.raises(CheckpointError, match=r"preprocessor_config.json: rescale_image_frac 0.5 is not supported"):
+        read_multimodal_config(ck)

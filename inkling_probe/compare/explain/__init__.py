@@ -24,11 +24,13 @@ from inkling_probe.compare.explain.confined import confined
 from inkling_probe.compare.explain.dtypes import default_noise
 from inkling_probe.compare.explain.nonfinite import nonfinite
 from inkling_probe.compare.explain.nonzero import nonzero
+from inkling_probe.compare.explain.lookup import positionless_lookup
 from inkling_probe.compare.explain.offset import channel_offset
 from inkling_probe.compare.explain.pair import Pair
 from inkling_probe.compare.explain.permute import layout_permutation
 from inkling_probe.compare.explain.ratio import constant_ratio
 from inkling_probe.compare.explain.renorm import renormalised_rows
+from inkling_probe.compare.explain.reorder import reordered_input
 from inkling_probe.compare.explain.rounding import rounding
 from inkling_probe.compare.explain.saturate import saturation
 from inkling_probe.compare.explain.scaled import channel_ratio, row_ratio
@@ -43,7 +45,7 @@ def explain(ref, cand, context: Context | None = None, **fields) -> list[Finding
 
     ``ref``/``cand`` are numpy arrays of any real dtype (torch tensors are accepted too, by duck
     typing); values are computed in float64. ``context`` (or its fields as keywords: ``noise``,
-    ``token_dim``, ``tp_sizes``, ``head_dim``, ``routing``, ``ref_dtype``, ``cand_dtype``) says what
+    ``token_dim``, ``tp_sizes``, ``head_dim``, ``routing``, ``ref_dtype``, ``cand_dtype``, ``inputs``) says what
     counts as noise and what the dims are; ``noise`` defaults to 4 x eps of the coarser dtype.
     """
     (r, r_dtype), (c, c_dtype) = as_values(ref), as_values(cand)
@@ -59,6 +61,8 @@ def explain(ref, cand, context: Context | None = None, **fields) -> list[Finding
     ratio = constant_ratio(p)
     found += [f for f in (ratio, renormalised_rows(p), layout_permutation(p), sequence_shift(p), rounding(p), row_ratio(p, ratio is not None),
                           channel_ratio(p, ratio is not None), channel_offset(p), saturation(p)) if f is not None]
+    if ctx.inputs:  # hypotheses that read the key's recorded inputs too
+        found += [f for f in (reordered_input(p), positionless_lookup(p)) if f is not None]
     if p.stats.zeroed_energy >= FLUSHED_SHARE * p.stats.dd:  # the zeros may carry the error
         z = measure(p)
         found += [f for f in (zeroed(p, z), flushed(p, z)) if f is not None]
@@ -81,6 +85,8 @@ def _context(r: np.ndarray, r_dtype: str, c_dtype: str, context: Context | None,
     if ctx.routing is not None:
         ctx.routing = as_values(ctx.routing)[0]
     ctx.tp_sizes = tuple(int(t) for t in ctx.tp_sizes)
+    if ctx.inputs:
+        ctx.inputs = {str(k): as_values(v)[0] for k, v in ctx.inputs.items()}
     return ctx
 
 

@@ -19,7 +19,7 @@ KIND_OF = {"constant_ratio": "ratio", "row_ratio": "ratio", "channel_ratio": "ra
            "layout_permutation": "permutation", "weight_layout": "permutation", "confined": "confined",
            "saturation": "saturation", "zeroed": "zeroed", "sequence_shift": "shift",
            "nonfinite": "nonfinite", "rounding": "rounding", "channel_offset": "offset", "flushed": "flushed",
-           "nonzero": "nonzero"}
+           "nonzero": "nonzero", "reordered_input": "permutation", "positionless_lookup": "offset"}
 
 
 @dataclass
@@ -31,6 +31,8 @@ class Context:
     ``token_dim`` is the dim of token rows (None: no such dim). ``routing`` holds the reference's
     expert ids per token (``[T, k]``) for the layer, when recorded. ``ref_dtype``/``cand_dtype`` are
     dtype names ('bfloat16', 'float8_e4m3fn', 'float4_e2m1fn_x2', ...); torch dtypes are accepted.
+    ``inputs`` holds the reference's recorded inputs of the key (``KEY.in.<name>``: name -> array,
+    rows along dim 0 after any leading size-1 dims), read by the input hypotheses (:mod:`.recorded`).
     """
 
     noise: float | None = None
@@ -40,6 +42,7 @@ class Context:
     routing: np.ndarray | None = None
     ref_dtype: str | None = None
     cand_dtype: str | None = None
+    inputs: dict | None = None
 
     def __post_init__(self):
         self.ref_dtype, self.cand_dtype = dtype_name(self.ref_dtype), dtype_name(self.cand_dtype)

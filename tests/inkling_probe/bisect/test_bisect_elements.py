@@ -103,3 +103,73 @@ def test_bad_safetensors_inputs_are_one_line_exit_2(tmp_path):
                            capture_output=True, text=True, timeout=60)
         assert p.returncode == 2, (path, p.stderr)
         assert text in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+LAYOUT = [["image", 0, 2, 6], ["audio", 0, 9, 3], ["image", 1, 12, 4]]  # [kind, item, first row, rows]
+
+
+def _media_dumps(tmp_path, change):
+    """Two dumps of a fused stream [18, 32] and the vision tower's rows [10, 32] (images 0 and 1) with
+    their media layout; ``change(fused, vision)`` edits the second."""
+    import torch
+
+    import inkling_probe
+
+    g = torch.Generator().manual_seed(0)
+    fused, vision = torch.randn(18, 32, generator=g), torch.randn(10, 32, generator=g)
+    out = []
+    for name in ("a", "b"):
+        f, v = fused.clone(), vision.clone()
+        if name == "b":
+            change(f, v)
+        with inkling_probe.recording(str(tmp_path / name)):
+            inkling_probe.probe("vision.out", v)
+            inkling_probe.probe("fused", f, media=LAYOUT)
+        out.append(str(tmp_path / name))
+    return out
+
+
+def test_rows_split_by_image_and_patch(tmp_path):
+    """A difference confined to image 1's patches 1-2 is named by image, then patch."""
+    def change(f, v):
+        v[6 + 1:6 + 3] += 1  # image 1's patches 1-2 in the tower (image 0 holds rows 0-5)
+        f[12 + 1:12 + 3] += 1  # and their rows in the stream
+
+    a, b = _media_dumps(tmp_path, change)
+    res = {r["key"]: region_lines(r["regions"]) for r in bisect_elements(a, b)["diverged_keys"]}
+    assert res["vision.out"][:2] == ["image 1 (rows 6-9): 64 of 128", "  patches 1-2: 64 of 64"]
+    assert res["fused"][:2] == ["image 1 (rows 12-15): 64 of 128", "  patches 1-2: 64 of 64"]
+
+
+def test_text_and_audio_rows_named_apart(tmp_path):
+    def change(f, v):
+        f[0, 3] += 1  # a text row
+        f[10] += 1  # audio 0's frame 1
+
+    a, b = _media_dumps(tmp_path, change)
+    (row,) = bisect_elements(a, b)["diverged_keys"]
+    lines = region_lines(row["regions"])
+    assert lines[:2] == ["text (rows 0-1): 1 of 64", "  rows 0-1: 1 of 64"] and "audio 0 (rows 9-11): 32 of 96" in lines
+    assert "  frames 1: 32 of 32" in lines
+
+
+def test_text_row_blocks_keep_the_stream_numbering(tmp_path):
+    def change(f, v):
+        f[16] += 1  # text row 16 (the run after image 1 starts at row 16)
+
+    a, b = _media_dumps(tmp_path, change)
+    (row,) = bisect_elements(a, b)["diverged_keys"]
+    assert region_lines(row["regions"])[:2] == ["text (rows 16-17): 32 of 64", "  rows 16-17: 32 of 64"]
+
+
+def test_no_layout_no_media_split(tmp_path):
+    """A dump without a media layout splits rows in blocks of 16 as before."""
+    import torch
+
+    from dumps import write
+
+    x = torch.randn(18, 32)
+    y = x.clone()
+    y[13] += 1
+    a, b = write(tmp_path / "a", [[("fused", x)]]), write(tmp_path / "b", [[("fused", y)]])
+    assert region_lines(bisect_elements(a, b)["diverged_keys"][0]["regions"])[0] == "rows 0-15: 32 of 512"

@@ -1,0 +1,60 @@
+"""explain's positionless_lookup: sums of table rows that ignore the position (per-position
+offsets dropped) are named from the recorded integer input and both outputs."""
+import numpy as np
+
+from inkling_probe.compare.explain import explain
+
+B, V, D = 6, 8, 32
+
+
+def _case(ids, cand_offsets, seed=0):
+    table = np.random.default_rng(seed).standard_normal((B * V, D))
+    ref = table[ids + np.arange(B) * V].sum(1)  # [N, D]: position b reads codebook b
+    cand = table[ids + np.asarray(cand_offsets)].sum(1)
+    return ref, cand
+
+
+def _ids(n=8, seed=0, shuffled=True):
+    g = np.random.default_rng(seed)
+    ids = g.integers(0, 3, (n, B))  # few values: rows share multisets
+    if shuffled:
+        ids[n // 2:] = g.permuted(ids[: n // 2], axis=1)  # the same values in another order
+    return ids
+
+
+def _found(ref, cand, ids, noise=1e-6):
+    return {f.name: f for f in explain(ref, cand, noise=noise, inputs={"0": ids})}
+
+
+def test_dropped_offsets_named():
+    ids = _ids()
+    f = _found(*_case(ids, np.zeros(B, int)), ids)["positionless_lookup"]
+    assert f.evidence["rank"] < len(ids) and f.evidence["residual_rel_rms"] < 1e-9
+    assert f.evidence["ref_residual_rel_rms"] > 1e-2 and "ignores the position" in f.summary
+
+
+def test_other_offsets_are_not_positionless():
+    ids = _ids()
+    ref, cand = _case(ids, np.arange(B) * V + 1)  # each index one row off: still per position
+    assert "positionless_lookup" not in _found(ref, cand, ids)
+
+
+def test_no_dependent_rows_no_claim():
+    """As many independent rows as values: any output fits, so nothing is claimed."""
+    ids = np.random.default_rng(1).integers(0, V, (3, B))
+    ids[:, 0] = [0, 1, 2]
+    ref, cand = _case(ids, np.zeros(B, int))
+    assert "positionless_lookup" not in _found(ref, cand, ids)
+
+
+def test_a_further_error_is_not_explained():
+    ids = _ids()
+    ref, cand = _case(ids, np.zeros(B, int))
+    cand[1] += 0.1
+    assert "positionless_lookup" not in _found(ref, cand, ids)
+
+
+def test_float_inputs_are_not_ids():
+    ids = _ids()
+    ref, cand = _case(ids, np.zeros(B, int))
+    assert "positionless_lookup" not in _found(ref, cand, ids.astype(np.float32))

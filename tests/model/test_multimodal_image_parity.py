@@ -1,0 +1,41 @@
+"""inkling_model's image processor against transformers' InklingImageProcessor, image by image:
+patch grid and pixel values bit-exact (numpy RGBA arrays: within one 8-bit level, see
+model/multimodal/processor_parity.py). transformers' processor needs torchvision: without it every
+case skips with that reason. Run standalone: ``python3 -m pytest -q tests/model/test_multimodal_image_parity.py``;
+``scripts/image_parity.py OUT.txt`` writes the per-image lines."""
+import pytest
+
+from inkling_model.multimodal import processor_parity as pp
+
+REASON = pp.missing()
+
+
+@pytest.mark.skipif(REASON is not None, reason=REASON or "")
+@pytest.mark.parametrize("case", pp.cases(), ids=lambda c: c.name.replace(" ", "-"))
+def test_image_processor_matches_transformers(case):
+    r = pp.run_case(case)
+    if r["refused"]:  # transformers (or ours) does not take this input at all: nothing to compare
+        pytest.skip(pp.line(r))
+    assert r["ok"], pp.line(r)
+
+
+def test_cases_cover_modes_sizes_and_patches():
+    """The case list itself (runs everywhere): every mode, both inputs, each preset's patch, odd sizes."""
+    cs = pp.cases()
+    assert {c.mode for c in cs} == set(pp.MODES) and {c.source for c in cs} == {"pil", "numpy"}
+    assert {c.patch for c in cs} == {2, 4, 40}
+    assert any(c.height % c.patch and c.width % c.patch for c in cs) and any(c.height < c.patch for c in cs)
+    x = pp.pixels(pp.Case(5, 6, "RGBA", 2, "pil"))
+    assert x.shape == (5, 6, 4) and x.min() == 0 and x.max() == 255
+    assert pp.pixels(pp.Case(5, 6, "L", 2, "numpy")).shape == (5, 6, 1)  # transformers 5.24 refuses [H, W]
+    assert pp.pixels(pp.Case(5, 6, "L", 2, "pil")).shape == (5, 6)  # PIL mode L
+
+
+def test_a_refusal_is_a_line_not_a_traceback(monkeypatch):
+    def refuse(case):
+        raise ValueError("Could not make a flat list of images from [array(...)]\nmore")
+
+    monkeypatch.setattr(pp, "theirs", refuse)
+    r = pp.run_case(pp.Case(5, 6, "L", 2, "numpy"))
+    assert r["refused"] == "refused by transformers: ValueError: Could not make a flat list of images from [array(...)]"
+    assert pp.line(r).startswith("skip  5x6 L P=2 numpy: refused by transformers")
