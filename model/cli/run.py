@@ -91,9 +91,10 @@ def _check_runtime(impl: str, dp: int, cuda_graph: bool, enforce_eager: bool) ->
 def _check_environment(config) -> None:
     """The INKLING_* variables that change the computation, checked against the model at start (one
     line each): ``INKLING_BF16_LAYERS`` names layers the model has; ``INKLING_FAULT_<NAME>`` names a
-    fault and holds 0 or 1 (``INKLING_FAULT`` and ``INKLING_ALLREDUCE`` are checked as --fault and
+    fault and holds a 0/1 value as :func:`inkling_probe.settings.env_flag` reads it (``INKLING_FAULT`` and ``INKLING_ALLREDUCE`` are checked as --fault and
     --allreduce)."""
     from inkling_model.switches import faults, precision
+    from inkling_probe.settings import env_flag
 
     text = os.environ.get(precision.ENV, "")
     try:
@@ -107,8 +108,10 @@ def _check_environment(config) -> None:
     for var in sorted(v for v in os.environ if v.startswith(faults.ENV + "_")):
         if var not in switches:
             raise BadInput(f"{var}: no such fault switch (known: {', '.join(sorted(switches))})")
-        if os.environ[var].strip() not in ("", "0", "1"):
-            raise BadInput(f"{var}={os.environ[var]!r}: expected 1 or 0")
+        try:
+            env_flag(var)  # the one 0/1 reading, the one faults.from_env and the runtime's switches use
+        except ValueError as e:
+            raise BadInput(str(e)) from None
 
 
 def _env_switch(which: str) -> bool:
