@@ -91,8 +91,8 @@ def _check_runtime(impl: str, dp: int, cuda_graph: bool, enforce_eager: bool) ->
 def _check_environment(config) -> None:
     """The INKLING_* variables that change the computation, checked against the model at start (one
     line each): ``INKLING_BF16_LAYERS`` names layers the model has; ``INKLING_FAULT_<NAME>`` names a
-    fault and holds a 0/1 value as :func:`inkling_probe.settings.env_flag` reads it (``INKLING_FAULT`` and ``INKLING_ALLREDUCE`` are checked as --fault and
-    --allreduce)."""
+    fault and holds a 0/1 value as :func:`inkling_probe.settings.env_flag` reads it (``INKLING_FAULT``
+    and ``INKLING_ALLREDUCE`` are checked as --fault and --allreduce)."""
     from inkling_model.switches import faults, precision
     from inkling_probe.settings import env_flag
 
