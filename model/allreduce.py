@@ -33,7 +33,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from inkling_model.plugins import faults
+from inkling_model.switches import faults
 
 ENV = "INKLING_ALLREDUCE"
 STRATEGIES = ("nccl", "oneshot", "auto")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from inkling_model.plugins import faults
+from inkling_model.switches import faults
 from inkling_model.layers.context import RequestCache, StepContext
 from inkling_model.layers.kv_cache import KVPool
 

@@ -7,7 +7,7 @@ command records one). Commands run without a shell (``shlex`` splits them) unles
 ``{dump}`` in a command is replaced by the run's dump path; a command without it records through
 ``INKLING_PROBE``.
 
-Each run is a process group of its own (:mod:`~inkling_probe.bisect.procs`), recorded in the state
+Each run is a process group of its own (:mod:`~inkling_probe.procs`), recorded in the state
 while it runs. A runner first reaps the groups a killed bisect left (the state file's lock says no
 live bisect owns them), and a run never reuses a folder that exists: a killed attempt's folder may
 still be written by its orphan, so the redo takes ``pending/NNN-label.r2`` (filed under the usual
@@ -22,7 +22,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from inkling_probe.bisect import procs
+from inkling_probe import procs
 from inkling_probe.errors import ProbeError
 
 TAIL_CHARS = 2000

@@ -16,7 +16,7 @@ What is read back is checked before anything runs (:class:`StateMismatch`, one l
   cannot make the bisect move a folder from elsewhere into it), its dump that folder's ``dump``.
 
 ``live`` names the process groups of runs that were running when the state was saved
-(:mod:`~inkling_probe.bisect.procs`); the runner reaps them on resume.
+(:mod:`~inkling_probe.procs`); the runner reaps them on resume.
 """
 from __future__ import annotations
 

@@ -13,6 +13,10 @@ from inkling_probe.cli.common import BadInput, Real, Whole, console, emit_json, 
 METRICS = ("rel_rms", "cosine", "max_abs", "max_rel", "outside")
 
 
+DIVERGED_ONLY_NOTE = ("note: --diverged-only is deprecated and has no effect (diverged keys and culprits are "
+                      "the default table); it will be removed in the next release")
+
+
 @click.command("compare")
 @click.argument("ref", type=click.Path())
 @click.argument("cand", type=click.Path())
@@ -29,7 +33,8 @@ METRICS = ("rel_rms", "cosine", "max_abs", "max_rel", "outside")
 @click.option("--include", multiple=True, help="Only keys matching this glob (after --map); repeatable.")
 @click.option("--step", "steps", type=Whole(min=0), multiple=True, help="Only this step; repeatable.")
 @click.option("--all", "all_rows", is_flag=True, help="Table rows: every key (default: diverged keys and culprits).")
-@click.option("--diverged-only", is_flag=True, hidden=True, help="The default now; kept for old scripts.")
+@click.option("--diverged-only", is_flag=True, hidden=True,
+              help="Deprecated: the default now; accepted with a note on stderr, removed in the next release.")
 @click.option("--no-explain", is_flag=True, help="Skip the hypotheses (explain) on the culprits.")
 @click.option("--explain", "explain_keys", multiple=True, metavar="KEY",
               help="Also explain KEY (whatever its status); repeatable.")
@@ -61,6 +66,8 @@ def command(ref, cand, control, name_map, metric, threshold, k, include, steps, 
     from inkling_probe.compare import compare
     from inkling_probe.errors import ProbeError
 
+    if diverged_only:
+        click.echo(DIVERGED_ONLY_NOTE, err=True)
     if metric == "max_abs" and threshold is None and control is None:
         raise BadInput("--metric max_abs has no dtype default: pass --threshold or --control")
     if (replay_key or confirm) and not ckpt:

@@ -20,14 +20,18 @@ from inkling_probe.cli.common import BadInput, Real, Whole, emit_json
               help="With --run: directory for the two dumps (eager/, graph/); must not exist.")
 @click.option("--eager-env", default="INKLING_ENFORCE_EAGER", show_default=True,
               help="With --run: the 0/1 variable that makes the command decode eagerly.")
+@click.option("--timeout", type=Real(min=0, min_open=True), default=None,
+              help="With --run: seconds before a side's run is killed, with every process it started "
+                   "(one line, exit 2). Default: no limit.")
 @click.option("--threshold", type=Real(min=0), default=0.0, show_default=True,
               help="rel_rms allowed per tensor (0: replay must be bit-identical to eager).")
 @click.option("--step", "steps", type=Whole(min=0), multiple=True, help="Only this step; repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def command(dumps, command, out, eager_env, threshold, steps, as_json):
+def command(dumps, command, out, eager_env, timeout, threshold, steps, as_json):
     """Compare graph-replay dump GRAPH against eager dump EAGER of the same decode steps.
 
-    Usage: `graphdiff EAGER GRAPH`, or `graphdiff --run CMD --out DIR` to record both first. Names the
+    Usage: `graphdiff EAGER GRAPH`, or `graphdiff --run CMD --out DIR` to record both first (each run a
+    process group of its own, as bisect's: killed whole past --timeout or on Ctrl-C). Names the
     first probe point (in execution order) and step where the replay differs from eager. Checks first
     that GRAPH replayed a CUDA graph and EAGER did not (each step's recorded `forward`: eager,
     static-eager, graph): otherwise one line, exit 2.
@@ -43,7 +47,7 @@ def command(dumps, command, out, eager_env, threshold, steps, as_json):
         if Path(out).exists():
             raise BadInput(f"--out {out}: already exists; choose a new directory")
         try:
-            dumps = record_pair(command, out, eager_env)
+            dumps = record_pair(command, out, eager_env, timeout=timeout)
         except (ValueError, RuntimeError) as e:
             raise BadInput(f"--run: {e}") from None
     elif len(dumps) != 2:

@@ -20,12 +20,22 @@ from inkling_probe.settings import glob_patterns, matches_any
 from inkling_probe.store.reader import as_dump
 
 
-def compare(ref, cand, control=None, *, threads: int | None = None, **options) -> Report:
+_UNSET = object()
+THREADS_DEPRECATED = ("compare(threads=...) has no effect and will be removed in the next release; "
+                      "use jobs=N (worker processes) instead")
+
+
+def compare(ref, cand, control=None, *, threads=_UNSET, **options) -> Report:
     """Compare dump ``cand`` against dump ``ref`` (paths or open dumps); see :func:`_compare`.
 
     ``jobs`` (default: the cores) worker processes read and measure pairs ahead of the walk; the
-    report is the same for any ``jobs``. ``threads`` is accepted for compatibility (no effect).
+    report is the same for any ``jobs``. ``threads`` is deprecated: accepted, without effect, with a
+    DeprecationWarning; it goes in the next release.
     """
+    if threads is not _UNSET:
+        import warnings
+
+        warnings.warn(THREADS_DEPRECATED, DeprecationWarning, stacklevel=2)
     return _compare(ref, cand, control, **options)
 
 

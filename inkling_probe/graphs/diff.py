@@ -3,13 +3,13 @@ probe point whose replayed value differs from its eager value (through compare).
 
 The toolkit knows nothing of the model: :func:`record_pair` runs a command twice, once with
 ``INKLING_ENFORCE_EAGER=1`` (the eager side) and once with it ``0``, each recording into its own
-dump (``{dump}`` in the command is replaced by the dump path).
+dump (``{dump}`` in the command is replaced by the dump path), through the toolkit's one command
+runner (:mod:`inkling_probe.procs`).
 """
 from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,11 +74,17 @@ def graph_vs_eager(eager, graph, threshold: float = 0.0, steps=None) -> GraphDif
     return out
 
 
-def record_pair(command: str, out_dir, env_var: str = EAGER_ENV) -> tuple[str, str]:
+def record_pair(command: str, out_dir, env_var: str = EAGER_ENV, timeout: float | None = None) -> tuple[str, str]:
     """Run ``command`` eagerly and with graphs; returns (eager dump, graph dump) under ``out_dir``.
 
-    Raises RuntimeError (one line) when a run fails.
+    Each side runs through the toolkit's one command runner (:func:`inkling_probe.procs.run`, as
+    bisect's trials do): a process group of its own, its output in ``<side>-output.txt`` beside the
+    dumps, the whole group killed past ``timeout`` seconds or on an interrupt, and any member still
+    running after the leader's exit killed too. Raises RuntimeError (one line) when a run fails, times
+    out or cannot start.
     """
+    from inkling_probe import procs
+
     if "{dump}" not in command:
         raise ValueError("the command must contain {dump} where the dump directory goes")
     out = Path(out_dir)
@@ -87,9 +93,16 @@ def record_pair(command: str, out_dir, env_var: str = EAGER_ENV) -> tuple[str, s
     for side, value in (("eager", "1"), ("graph", "0")):
         dump = str(out / side)
         argv = shlex.split(command.replace("{dump}", shlex.quote(dump)))
-        proc = subprocess.run(argv, env={**os.environ, env_var: value}, capture_output=True, text=True)
-        if proc.returncode != 0:
-            last = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1]
-            raise RuntimeError(f"{side} run failed (exit {proc.returncode}): {last}")
+        log = out / f"{side}-output.txt"
+        code, why, _ = procs.run(argv, shell=False, env={**os.environ, env_var: value}, out=log, timeout=timeout)
+        if why is not None or code != 0:
+            why = why or (f"killed by signal {-code}" if code < 0 else f"exit {code}")
+            raise RuntimeError(f"{side} run failed ({why}): {_last_line(log)} (output: {log})")
         paths.append(dump)
     return paths[0], paths[1]
+
+
+def _last_line(log: Path) -> str:
+    """The last non-empty line a run printed (stdout and stderr together), or "no output"."""
+    lines = log.read_bytes()[-4000:].decode("utf-8", "replace").strip().splitlines()
+    return lines[-1].strip() if lines else "no output"

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from inkling_model.plugins import faults
+from inkling_model.switches import faults
 from inkling_model.checkpoint.shards import CheckpointError, iter_tensors
 from inkling_model.checkpoint.layout import PREFIX, native_shapes
 from inkling_model.layers.loading import replicated_loader

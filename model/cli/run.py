@@ -61,7 +61,7 @@ def _check_tp(config, tp: int, impl: str) -> None:
 
 
 def _faults(names: tuple[str, ...], impl: str) -> str:
-    from inkling_model.plugins import faults
+    from inkling_model.switches import faults
 
     text = ",".join(names)
     try:
@@ -88,9 +88,10 @@ def _check_runtime(impl: str, dp: int, cuda_graph: bool, enforce_eager: bool) ->
 def _check_environment(config) -> None:
     """The INKLING_* variables that change the computation, checked against the model at start (one
     line each): ``INKLING_BF16_LAYERS`` names layers the model has; ``INKLING_FAULT_<NAME>`` names a
-    fault and holds 0 or 1 (``INKLING_FAULT`` and ``INKLING_ALLREDUCE`` are checked as --fault and
-    --allreduce)."""
-    from inkling_model.plugins import faults, precision
+    fault and holds a 0/1 value as :func:`inkling_probe.settings.env_flag` reads it (``INKLING_FAULT``
+    and ``INKLING_ALLREDUCE`` are checked as --fault and --allreduce)."""
+    from inkling_model.switches import faults, precision
+    from inkling_probe.settings import env_flag
 
     text = os.environ.get(precision.ENV, "")
     try:
@@ -104,8 +105,10 @@ def _check_environment(config) -> None:
     for var in sorted(v for v in os.environ if v.startswith(faults.ENV + "_")):
         if var not in switches:
             raise BadInput(f"{var}: no such fault switch (known: {', '.join(sorted(switches))})")
-        if os.environ[var].strip() not in ("", "0", "1"):
-            raise BadInput(f"{var}={os.environ[var]!r}: expected 1 or 0")
+        try:
+            env_flag(var)  # the one 0/1 reading, the one faults.from_env and the runtime's switches use
+        except ValueError as e:
+            raise BadInput(str(e)) from None
 
 
 def _env_switch(which: str) -> bool:
@@ -143,7 +146,7 @@ def _check_force_routing(path, impl: str, cuda_graph: bool) -> None:
         return
     if impl != "native" or cuda_graph:
         raise BadInput("--force-routing: the native model, eager (not --impl hf, not --cuda-graph)")
-    from inkling_model.plugins.forced_routing import ForcedRouting
+    from inkling_model.switches.forced_routing import ForcedRouting
     from inkling_probe.errors import ProbeError
 
     try:
@@ -174,7 +177,7 @@ def native_rank(rank: int, world: int, ckpt: str, dtype: str, prompts: list[list
     from inkling_model.plugins.genlog import StepLog
     from inkling_model.model import InklingForCausalLM
     from inkling_model.checkpoint.weights import load_checkpoint
-    from inkling_model.plugins import forced_routing
+    from inkling_model.switches import forced_routing
 
     forced_routing.reset()  # a forced run starts at the reference's first step
     legacy = {k: v for k, v in gen.items() if k in RUNTIME_OPTIONS}  # the old form: model flags in ``gen``

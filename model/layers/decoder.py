@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 import inkling_probe
-from inkling_model.plugins import faults
+from inkling_model.switches import faults
 from inkling_model.layers.attention import Attention
 from inkling_model.layers.context import StepContext
 from inkling_model.layers.conv import ShortConv

@@ -27,7 +27,7 @@ from inkling_model import nvfp4
 from inkling_model.layers.loading import make_param, replicated_loader, shard_loader
 from inkling_model.layers.mlp import swiglu_interleaved
 from inkling_model.parallel import Parallel, divide
-from inkling_model.plugins.precision import keeps_reference
+from inkling_model.switches.precision import keeps_reference
 
 _NOT_TOKENS = 1  # token_dim for [E] scale vectors: past their last dim, so no token slice applies
 

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import inkling_probe
-from inkling_model.plugins import faults
+from inkling_model.switches import faults
 from inkling_model.layers.linear import ColumnParallelLinear, RowParallelLinear
 from inkling_model.layers.loading import make_param, replicated_loader
 from inkling_model.parallel import Parallel

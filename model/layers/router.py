@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from inkling_model.plugins import forced_routing
+from inkling_model.switches import forced_routing
 from inkling_model.layers.loading import make_param, replicated_loader
 
 

@@ -1,4 +1,7 @@
-"""What inkling_model plugs into the toolkit and the bring-up with: planted faults (:mod:`.faults`),
-the reference-precision switch (:mod:`.precision`), toggles for ``bisect flags`` (:mod:`.toggles`),
-the standalone repro (:mod:`.standalone`), the replay factory (:mod:`.replay_factory`) and the
-generation log (:mod:`.genlog`); registered through the toolkit's entry-point groups."""
+"""What inkling_model plugs into the toolkit with, registered through its entry-point groups: toggles
+for ``bisect flags`` (:mod:`.toggles`), the variables a bug report's repro carries
+(:mod:`.computation_env`), the standalone repro (:mod:`.standalone`), the replay factory
+(:mod:`.replay_factory`) and the generation log (:mod:`.genlog`). They import the model; nothing of
+the model imports them. The switches the model's code reads (faults, precision, forced routing) are
+the model's own, in ``inkling_model.switches``; ``plugins.faults``, ``plugins.precision`` and
+``plugins.forced_routing`` are those modules under their old names, for one release."""

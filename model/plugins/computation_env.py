@@ -8,17 +8,17 @@ read them.
 """
 from __future__ import annotations
 
-from inkling_model.plugins import faults, forced_routing, precision
+from inkling_model.switches import faults, forced_routing, precision
 
 
 def variables() -> dict[str, str]:
     """``{name: why}``: every variable by name, so that a repro can unset those the candidate lacked."""
     return {
-        faults.ENV: "planted faults (model/plugins/faults.py): the bugs themselves",
+        faults.ENV: "planted faults (model/switches/faults.py): the bugs themselves",
         **{faults.switch_var(f.name): f"planted fault {f.name} alone ({f.carrier})" for f in faults.FAULTS.values()},
         "INKLING_ALLREDUCE": "all-reduce strategy (nccl | oneshot | auto, per-module rules): model/allreduce.py",
-        precision.ENV: "routed-expert layers kept at reference precision on NVFP4 checkpoints: model/plugins/precision.py",
-        forced_routing.ENV: "routers take a reference dump's top-k ids (run --force-routing): model/plugins/forced_routing.py",
+        precision.ENV: "routed-expert layers kept at reference precision on NVFP4 checkpoints: model/switches/precision.py",
+        forced_routing.ENV: "routers take a reference dump's top-k ids (run --force-routing): model/switches/forced_routing.py",
         "INKLING_CUDA_GRAPH": "decode through the runtime with captured CUDA graphs: model/runtime/runtime.py",
         "INKLING_ENFORCE_EAGER": "decode through the runtime eagerly (no capture): model/runtime/runtime.py",
     }

@@ -3,7 +3,7 @@
 Registered in the ``inkling_probe.extract_factories`` entry-point group. :func:`describe` names
 the checkpoint tensors a module loads; :func:`build` is what the extracted test calls: it makes
 the module alone from its config and those tensors, through the real weight mapper, so a loader
-bug (model/plugins/faults.py) is reproduced by the test the way the model would hit it. Supported:
+bug (model/switches/faults.py) is reproduced by the test the way the model would hit it. Supported:
 ``layers.N.mlp.experts`` (routed experts, bf16/fp32 or NVFP4); other keys return None (the
 extracted test is then the tensor-level check).
 """

@@ -8,7 +8,7 @@ act: the CUDA-graph switch needs a GPU and ``INKLING_CUDA_GRAPH=1`` in the envir
 
 from __future__ import annotations
 
-from inkling_model.plugins import faults, precision
+from inkling_model.switches import faults, precision
 
 
 def _fault_toggles() -> list[dict]:

@@ -70,7 +70,7 @@ def test_make_validates_python_values_like_text():
 
 
 def test_one_reading_of_every_0_1_switch():
-    from inkling_model.plugins import faults
+    from inkling_model.switches import faults
     from inkling_model.runtime import runtime
     from inkling_probe.settings import debug, env_flag
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from inkling_model.plugins import faults
+from inkling_model.switches import faults
 from inkling_model.config import InklingConfig
 
 

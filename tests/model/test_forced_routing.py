@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from dumps import write
-from inkling_model.plugins import forced_routing
-from inkling_model.plugins.forced_routing import ForcedRouting
+from inkling_model.switches import forced_routing
+from inkling_model.switches.forced_routing import ForcedRouting
 
 
 def test_takes_the_references_ids_step_by_step(tmp_path, monkeypatch):

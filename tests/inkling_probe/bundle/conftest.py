@@ -1,6 +1,6 @@
 """Real hunts for the report and extract tests, recorded once per session (tiny preset, 24 tokens,
 in-process, ~6 s): transformers' Inkling as the reference (with module inputs), inkling_model as the
-control and as candidates with a planted fault (model/plugins/faults.py gives each one's true location).
+control and as candidates with a planted fault (model/switches/faults.py gives each one's true location).
 """
 import pytest
 import torch

@@ -122,7 +122,7 @@ def test_a_second_bisect_is_refused_and_sigterm_ends_the_run_in_progress(tmp_pat
 
 def test_a_state_naming_another_process_group_kills_nothing(tmp_path):
     """A live entry whose group carries no token of ours (a crafted state, a reused number) is left alone."""
-    from inkling_probe.bisect import procs
+    from inkling_probe import procs
 
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     try:

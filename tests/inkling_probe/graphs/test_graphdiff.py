@@ -105,6 +105,43 @@ def test_run_records_both_sides(pair, tmp_path):
     assert r.exit_code == 2 and "eager run failed (exit 3)" in r.output
 
 
+def _alive(pid: int) -> bool:
+    from inkling_probe.procs import _stat
+
+    st = _stat(pid)
+    return st is not None and st[0] != "Z"
+
+
+def test_run_kills_a_hanging_side_with_its_process_group(tmp_path):
+    """--run goes through the toolkit's one runner (inkling_probe.procs, bisect's): a side that hangs
+    is killed past --timeout together with the process it started, and said in one line, exit 2."""
+    pidfile = tmp_path / "child.pid"
+    r = run("--run", f"sh -c 'sleep 300 & echo $! > {pidfile}; wait' {{dump}}", "--out", str(tmp_path / "o"),
+            "--timeout", "1")
+    assert r.exit_code == 2, r.output
+    assert r.output.count("\n") == 1 and "eager run failed (timed out after 1.0 s)" in r.output, r.output
+    assert not _alive(int(pidfile.read_text())), "the hung side's child outlived graphdiff"
+
+
+def test_run_kills_what_a_finished_side_left_running(pair, tmp_path):
+    """A side whose leader exits 0 but leaves a process behind (a rank, a writer) does not leave it
+    running: the runner kills the rest of the group after its grace; the verdict is unchanged."""
+    pidfile = tmp_path / "child.pid"
+    cmd = (f"sh -c 'sleep 300 & echo $! > {pidfile}; if [ \"$INKLING_ENFORCE_EAGER\" = 1 ]; "
+           f"then cp -r {pair['eager']} \"$0\"; else cp -r {pair['same']} \"$0\"; fi' {{dump}}")
+    r = run("--run", cmd, "--out", str(tmp_path / "o"))
+    assert r.exit_code == 0, r.output
+    assert not _alive(int(pidfile.read_text()))
+    assert (tmp_path / "o" / "eager-output.txt").is_file()  # each side's output is kept beside its dump
+
+
+def test_run_that_cannot_start_is_one_line(tmp_path):
+    r = run("--run", "no-such-program-xyz {dump}", "--out", str(tmp_path / "o"))
+    assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
+    assert "eager run failed (could not start" in r.output, r.output
+    assert run("--run", "sh -c true {dump}", "--out", str(tmp_path / "p"), "--timeout", "nan").exit_code == 2
+
+
 @pytest.mark.slow
 def test_the_issue_command_without_cuda_graph_is_refused(tmp_path):
     """Issue 22's command: `graphdiff --run "inkling-probe run ... --dump {dump}"` without --cuda-graph

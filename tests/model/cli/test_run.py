@@ -2,6 +2,7 @@
 
 import functools
 
+import click
 import pytest
 import torch
 from click.testing import CliRunner
@@ -141,7 +142,7 @@ def test_bf16_native_vs_hf(ckpt, tmp_path):
     ({"INKLING_BF16_LAYERS": "9"}, "INKLING_BF16_LAYERS='9': layer 9 is not in the model (layers 0-5)"),
     ({"INKLING_BF16_LAYERS": "2-x"}, "INKLING_BF16_LAYERS"),
     ({"INKLING_FAULT_RAW_INPUT_AMX": "1"}, "INKLING_FAULT_RAW_INPUT_AMX: no such fault switch"),
-    ({"INKLING_FAULT_RAW_INPUT_AMAX": "yes"}, "INKLING_FAULT_RAW_INPUT_AMAX='yes': expected 1 or 0"),
+    ({"INKLING_FAULT_RAW_INPUT_AMAX": "on"}, "INKLING_FAULT_RAW_INPUT_AMAX='on': expected 1 or 0"),
     ({"INKLING_FAULT": "raw_input_amx"}, "--fault / INKLING_FAULT: unknown fault 'raw_input_amx'"),
     ({"INKLING_ENFORCE_EAGER": "9"}, "INKLING_ENFORCE_EAGER='9': expected 1 or 0"),
     ({"INKLING_CUDA_GRAPH": "maybe"}, "INKLING_CUDA_GRAPH='maybe': expected 1 or 0"),
@@ -155,3 +156,26 @@ def test_bad_environment_is_one_line_before_any_work(ckpt, tmp_path, monkeypatch
     assert res.exit_code == 2, res.output
     assert message in res.output and len(res.output.strip().splitlines()) == 1, res.output
     assert not (tmp_path / "d").exists()
+
+
+def test_run_and_the_model_read_a_fault_switch_alike(monkeypatch):
+    """run's start-up check of INKLING_FAULT_<NAME> and the model's own reading (faults.from_env,
+    through settings.env_flag) accept and refuse the same spellings: `yes` is on for both."""
+    from inkling_model.cli.run import _check_environment
+    from inkling_model.config import InklingConfig
+    from inkling_model.switches import faults
+    from inkling_probe.settings import env_flag
+
+    var, config = faults.switch_var("renorm_rows"), InklingConfig.preset("tiny")
+    for text in ("1", "0", "", " yes ", "TRUE", "no", "False", "on", "2", "y", "off", "1.0"):
+        try:
+            model = faults.from_env({var: text}) == {"renorm_rows"}
+        except ValueError:
+            model = "refused"
+        monkeypatch.setenv(var, text)
+        try:
+            _check_environment(config)
+            checked = env_flag(var)
+        except click.ClickException:
+            checked = "refused"
+        assert checked == model, (text, checked, model)

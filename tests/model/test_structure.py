@@ -1,0 +1,53 @@
+"""The model's rooms stand one above another (scripts/structure.py): no loop between rooms (no upward
+import), no circle of files; the switches the layers read are leaves; their old plug-in paths are the
+same modules. The script itself finds a planted loop and a planted circle."""
+import importlib.util
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _structure():
+    spec = importlib.util.spec_from_file_location("structure", ROOT / "scripts" / "structure.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_model_rooms_have_no_upward_import_and_no_circle():
+    s = _structure()
+    r = s.rooms_of("model", s.graph(ROOT))
+    assert r["rooms"] >= 12 and r["arrows"] > 30  # the model was read, not an empty folder
+    assert r["upward"] == [] and r["room_loops"] == [], r["upward"]
+    assert r["file_circles"] == [], r["file_circles"]
+
+
+def test_switches_are_leaves_of_the_model():
+    edges = _structure().graph(ROOT)
+    for f in ("model/switches/faults.py", "model/switches/precision.py", "model/switches/forced_routing.py"):
+        assert edges[f] == set() or all(not t.startswith("model/") for t in edges[f]), (f, edges[f])
+    assert "model/switches/faults.py" in edges["model/layers/attention.py"]  # read from below
+
+
+def test_old_plugin_paths_are_the_same_modules():
+    from inkling_model.plugins import faults, forced_routing, precision
+    from inkling_model import switches  # noqa: F401
+    from inkling_model.switches import faults as f2, forced_routing as r2, precision as p2
+
+    assert faults is f2 and precision is p2 and forced_routing is r2
+    assert sys.modules["inkling_model.plugins.faults"] is f2
+
+
+def test_the_script_finds_a_planted_loop_and_circle(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('package-dir = { "pkg" = "src" }\n')
+    files = {"src/__init__.py": "", "src/a/__init__.py": "", "src/a/x.py": "from pkg.b import y\n",
+             "src/b/__init__.py": "", "src/b/y.py": "def f():\n    from pkg.a import x\n",
+             "src/c.py": "from . import d\n", "src/d.py": "import pkg.c\n", "src/e.py": "import pkg.c\n"}
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    s = _structure()
+    r = s.rooms_of("src", s.graph(tmp_path))
+    assert r["rooms"] == 5 and r["upward"] == [("a", "b"), ("b", "a"), ("c.py", "d.py"), ("d.py", "c.py")]
+    assert r["file_circles"] == [["src/a/x.py", "src/b/y.py"], ["src/c.py", "src/d.py"]]
