@@ -1,4 +1,4 @@
-"""inkling_model: its planted faults (model/plugins/faults.py) at TP 1 and 2, and its benign pairs.
+"""inkling_model: its planted faults (model/switches/faults.py) at TP 1 and 2, and its benign pairs.
 
 The reference is transformers' Inkling through the shipped ``hf_inkling`` name map, so keys are
 the canonical probe names (``layers.3.mlp.experts``); true keys come from ``faults.location``.
@@ -23,7 +23,7 @@ def hf(dtype, **kw) -> Run:
 
 
 def _truth(fault: str, seed: int = 0) -> tuple:
-    from inkling_model.plugins import faults
+    from inkling_model.switches import faults
     from inkling_model.config import InklingConfig
 
     where = faults.location(fault, InklingConfig.preset("tiny"))
@@ -45,7 +45,7 @@ def _adp_fault(fault: str, tp: int) -> Case:
     regimes = {"fp32": Trio(dp_run("fp32"), dp_run("fp32", fault, dp=2, tp=tp)),
                "bf16+ctl": Trio(dp_run("fp32"), dp_run("bf16", fault, dp=2, tp=tp), dp_run("bf16"))}
     return Case(f"{NAME}/{fault}_dp2tp{tp}", "fault", regimes, truth=_truth(fault), explain=EXPLAIN[fault],
-                note=f"model/plugins/faults.py {fault} at DP=2 x TP={tp} against DP=1")
+                note=f"model/switches/faults.py {fault} at DP=2 x TP={tp} against DP=1")
 
 
 def _adp_benign(tp: int) -> Case:
@@ -64,7 +64,7 @@ def _fault(fault: str, tp: int, quick=False) -> Case:
         regimes = {"fp32": Trio(hf("fp32"), run("fp32", fault, tp=tp)),
                    "bf16+ctl": Trio(hf("fp32"), run("bf16", fault, tp=tp), run("bf16", tp=other))}
     return Case(f"{NAME}/{fault}_tp{tp}", "fault", regimes, truth=_truth(fault), explain=EXPLAIN[fault],
-                note=f"model/plugins/faults.py {fault} at TP={tp}", quick=quick)
+                note=f"model/switches/faults.py {fault} at TP={tp}", quick=quick)
 
 
 def _issue_case() -> Case:

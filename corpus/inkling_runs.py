@@ -49,7 +49,7 @@ def _hf(ck: str, dtype: str, ids, dump: str) -> None:
 
 def _native(ck: str, dtype: str, fault: str, ids, dump: str, tp=None) -> None:
     import inkling_probe
-    from inkling_model.plugins import faults
+    from inkling_model.switches import faults
     from inkling_model.config import InklingConfig
     from inkling_model.model import InklingForCausalLM
     from inkling_model.checkpoint.weights import load_checkpoint

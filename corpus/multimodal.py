@@ -63,7 +63,7 @@ def _record(run: Run, dump: str, ck: str, ids, media) -> None:
     from inkling_model.multimodal.config import MultimodalConfig
     from inkling_model.multimodal.hf_reference import hf_inputs, load_hf_mm_model, step
     from inkling_model.parallel import spawn
-    from inkling_model.plugins import faults
+    from inkling_model.switches import faults
 
     if run.setting("impl") == "hf":
         model = load_hf_mm_model(ck, DTYPES[run.dtype])

@@ -9,7 +9,7 @@ Per expert e (ModelOpt semantics, nvfp4.py), computed in fp32:
 Sharded as every routed expert (a shard of I/tp must hold whole 16-element blocks). Parameter names
 mirror the checkpoint's sidecars (checkpoint/layout.py) so the mapper is a prefix strip;
 ``*_input_scale`` is what the mapper makes of ``*_input_amax``. Layers named in INKLING_BF16_LAYERS
-(plugins/precision.py) skip the activation fake-quant.
+(switches/precision.py) skip the activation fake-quant.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 import inkling_probe
-from inkling_model.plugins import faults
+from inkling_model.switches import faults
 
 
 def fuse(h: torch.Tensor, layout: list[list], image: torch.Tensor | None, audio: torch.Tensor | None,

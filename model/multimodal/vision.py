@@ -22,7 +22,7 @@ from torch import nn
 import inkling_probe
 from inkling_model.layers.loading import make_param, replicated_loader
 from inkling_model.layers.norm import RMSNorm
-from inkling_model.plugins import faults
+from inkling_model.switches import faults
 
 from .config import VisionConfig
 

@@ -16,7 +16,7 @@ IDS = [(7 * i + 3) % 500 for i in range(24)]
 
 def native(ck, dump, dtype, fault=(), **settings):
     """inkling_model at TP=1 on checkpoint ``ck`` with ``fault`` planted, recorded into ``dump``."""
-    from inkling_model.plugins import faults
+    from inkling_model.switches import faults
     from inkling_model.config import InklingConfig
     from inkling_model.model import InklingForCausalLM
     from inkling_model.checkpoint.weights import load_checkpoint
@@ -34,7 +34,7 @@ def native(ck, dump, dtype, fault=(), **settings):
 def _run_env(ck, fault):
     """What `inkling-probe run` puts in the environment, which the dump records: the checkpoint's
     identity and the planted faults (so a report's repro carries them)."""
-    from inkling_model.plugins import faults
+    from inkling_model.switches import faults
     from inkling_probe.bundle import identity
 
     env = {identity.ENV: identity.checkpoint_identity(ck), faults.ENV: ",".join(fault)}

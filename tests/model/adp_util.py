@@ -6,7 +6,7 @@ from __future__ import annotations
 def dp_jobs(rank: int, world: int, ckpt: str, prompts: list[list[int]], eos: int, jobs: list[tuple]) -> list:
     """Run ``jobs`` = [(faults, max_new_tokens, dump), ...] in turn as ``run --dp 2 --eos EOS`` would;
     each job's responses."""
-    from inkling_model.plugins import faults
+    from inkling_model.switches import faults
     from inkling_model.cli.run import native_rank
     from inkling_model.generate import Eos
 

@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 import inkling_probe
-from inkling_model.plugins import faults
+from inkling_model.switches import faults
 from inkling_model.cli.run import command
 from inkling_model.config import InklingConfig
 from inkling_probe.cli import group

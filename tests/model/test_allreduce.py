@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 
 from inkling_model import allreduce
-from inkling_model.plugins import faults
+from inkling_model.switches import faults
 from inkling_model.parallel import Group, free_port
 
 from graph_util import tiny_model

@@ -8,7 +8,7 @@ from inkling_model import nvfp4
 from inkling_model.checkpoint import calibration, massive, shards, synthetic, weights
 from inkling_model.checkpoint.layout import PREFIX, native_shapes
 from inkling_model.config import InklingConfig
-from inkling_model.plugins import faults
+from inkling_model.switches import faults
 
 TINY = InklingConfig.preset("tiny")
 QTINY = InklingConfig.preset("tiny", quant_method="nvfp4")

@@ -9,7 +9,7 @@ import torch.distributed as dist
 
 import inkling_probe
 from inkling_model import allreduce
-from inkling_model.plugins import faults
+from inkling_model.switches import faults
 from inkling_model.parallel import free_port
 from inkling_model.runtime.runtime import Runtime
 from inkling_probe.graphs import BudgetError

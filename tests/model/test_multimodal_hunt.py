@@ -11,7 +11,7 @@ from inkling_model.multimodal.checkpoint import write_multimodal_checkpoint
 from inkling_model.multimodal.config import MultimodalConfig
 from inkling_model.multimodal.hf_reference import hf_inputs, load_hf_mm_model, step
 from inkling_model.multimodal.processor import MediaError, expand_placeholders
-from inkling_model.plugins import faults
+from inkling_model.switches import faults
 from inkling_probe.compare import compare, modality
 
 from mm_util import build, prompt, run_mm_rank

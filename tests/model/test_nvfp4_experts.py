@@ -8,7 +8,7 @@ from inkling_model import nvfp4
 from inkling_model.checkpoint import shards, synthetic, weights
 from inkling_model.config import InklingConfig
 from inkling_model.layers.experts_nvfp4 import NvFp4RoutedExperts
-from inkling_model.plugins import faults
+from inkling_model.switches import faults
 
 QTINY = InklingConfig.preset("tiny", quant_method="nvfp4")
 STEM = "layers.3.mlp.experts."

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import save_file
 
 import inkling_probe
-from inkling_model.plugins import faults
+from inkling_model.switches import faults
 from inkling_model.config import InklingConfig
 from inkling_model.model import probe_points
 from inkling_model.parallel import spawn

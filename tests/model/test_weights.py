@@ -10,7 +10,7 @@ from inkling_model.layers.experts_nvfp4 import NvFp4RoutedExperts
 from inkling_model.model import InklingForCausalLM
 from inkling_model.nvfp4 import SCALE_DENOM
 from inkling_model.parallel import Group, Parallel
-from inkling_model.plugins import faults
+from inkling_model.switches import faults
 
 TINY = InklingConfig.preset("tiny")
 QTINY = InklingConfig.preset("tiny", quant_method="nvfp4")

@@ -1,5 +1,5 @@
 """inkling_model's toggles: registered through the entry point, and each variable does what it says."""
-from inkling_model.plugins import faults, precision
+from inkling_model.switches import faults, precision
 
 from inkling_probe.bisect.toggles import model_toggles, parse_flag
 

@@ -65,7 +65,7 @@ def runs(tmp_path_factory):
 
 
 def _where(name, runs):
-    from inkling_model.plugins import faults
+    from inkling_model.switches import faults
 
     return faults.location(name, runs["config"])
 
@@ -114,7 +114,7 @@ def test_gate_up_layout_culprit_and_the_interleave_named_by_replay(runs, monkeyp
     assert rep.culprit.key == where == "layers.2.mlp.experts"
     assert rep.first_divergence.key == where
 
-    from inkling_model.plugins import faults
+    from inkling_model.switches import faults
     from inkling_model.config import InklingConfig
     from inkling_model.model import InklingForCausalLM
     from inkling_model.checkpoint.weights import load_checkpoint
@@ -141,7 +141,7 @@ def test_gate_up_layout_culprit_and_the_interleave_named_by_replay(runs, monkeyp
 
 
 def test_renorm_rows_names_exactly_those_rows(runs):
-    from inkling_model.plugins.faults import RENORM_ROWS
+    from inkling_model.switches.faults import RENORM_ROWS
 
     rep = compare(runs["hf_fp32"], runs["renorm_fp32"])
     assert rep.culprit.key == _where("renorm_rows", runs) == "layers.1.attn_norm"
