@@ -9,7 +9,9 @@ Read from the culprit's recorded integer input ``ids`` ([rows, positions], :mod:
 linearly dependent (the same values in another order, above all) must come out as the same
 combination. It holds when ``K`` has rank below the number of rows, the candidate's residual
 off ``K``'s column space is at the noise level and the reference's is not (the reference's rows
-depend on the position). Evidence: the rows holding the same values in another order, the rank.
+depend on the position), and the candidate's rows vary (beyond MARGIN x noise of their rms): every row
+holding as many values, a constant row is in ``K``'s span, so zeros or one row repeated fit any table
+and say nothing. Evidence: the rows holding the same values in another order, the rank.
 Cost: a least-squares fit of ``[rows, values]`` against ``[rows, features]`` (inputs and outputs
 up to ``recorded.MAX_INPUT`` elements; at most MAX_VALUES distinct values).
 """
@@ -49,7 +51,7 @@ def _one(p: Pair, name: str, ids: np.ndarray) -> Finding | None:
         return None  # every output fits: no test
     r, c = (f64(np.moveaxis(x, p.row_dim, 0)).reshape(n, -1) for x in (p.r, p.c))  # [rows, features]
     res_c, res_r = _off_span(k, c), _off_span(k, r)
-    if res_c > p.noise or res_r <= MARGIN * max(p.noise, 1e-12):
+    if res_c > p.noise or res_r <= MARGIN * max(p.noise, 1e-12) or _spread(c) <= MARGIN * max(p.noise, 1e-12):
         return None
     pairs = _same_values(ids)
     changed = np.flatnonzero(row_errors(p) > p.noise).tolist()
@@ -68,6 +70,13 @@ def _off_span(k: np.ndarray, y: np.ndarray) -> float:
     """rel_rms of ``y`` off the column space of ``k`` (what no table ``G`` in ``k G`` can fit)."""
     g, *_ = np.linalg.lstsq(k, y, rcond=None)
     d = y - k @ g
+    yy = float((y * y).sum())
+    return float(np.sqrt((d * d).sum() / yy)) if yy > 0 else 0.0
+
+
+def _spread(y: np.ndarray) -> float:
+    """rel_rms of ``y``'s rows about their mean row (0: every row alike, or all zero)."""
+    d = y - y.mean(0)
     yy = float((y * y).sum())
     return float(np.sqrt((d * d).sum() / yy)) if yy > 0 else 0.0
 

@@ -58,3 +58,12 @@ def test_float_inputs_are_not_ids():
     ids = _ids()
     ref, cand = _case(ids, np.zeros(B, int))
     assert "positionless_lookup" not in _found(ref, cand, ids.astype(np.float32))
+
+
+def test_rows_that_do_not_vary_are_not_a_lookup():
+    """A candidate of zeros, or of one row repeated, fits any table trivially (every row holds as many
+    values, so a constant row is in K's span): no lookup is claimed for it."""
+    ids = _ids()
+    ref, _ = _case(ids, np.zeros(B, int))
+    for cand in (np.zeros_like(ref), np.tile(ref[0], (len(ref), 1))):
+        assert "positionless_lookup" not in _found(ref, cand, ids)
