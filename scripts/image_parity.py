@@ -4,9 +4,10 @@ image, to a text file (for docs/gpu/; needs torchvision, as transformers' proces
 
     python3 scripts/image_parity.py docs/gpu/image_parity.txt
 
-Exit 0 when every image compared is within tolerance, 1 when one is not, 2 when transformers'
-processor cannot run here (the reason is printed). An image a side refuses is a "skip" line with
-its error, not a traceback.
+Exit 0 when every image compared is within tolerance, 1 when one is not (or ours refused one that
+transformers took), 2 when transformers' processor cannot run here or refused every image (the
+reason is printed: nothing compared is no all-clear). An image transformers refuses is a "skip"
+line with its error, not a traceback.
 """
 from __future__ import annotations
 
@@ -39,6 +40,9 @@ def main() -> int:
     with open(args.out, "w") as f:
         f.write(text)
     print(text, end="")
+    if not compared:
+        print("image parity: not run: transformers refused every image (see the skip lines)", file=sys.stderr)
+        return 2
     return 0 if all(r["ok"] for r in compared) else 1
 
 

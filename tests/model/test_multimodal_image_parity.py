@@ -39,3 +39,26 @@ def test_a_refusal_is_a_line_not_a_traceback(monkeypatch):
     r = pp.run_case(pp.Case(5, 6, "L", 2, "numpy"))
     assert r["refused"] == "refused by transformers: ValueError: Could not make a flat list of images from [array(...)]"
     assert pp.line(r).startswith("skip  5x6 L P=2 numpy: refused by transformers")
+
+
+def test_ours_refusing_what_transformers_takes_fails(monkeypatch):
+    """Only transformers' refusal is a skip: ours raising on an image transformers processed is a
+    failure, never a silent skip (else a broken processor would pass every case)."""
+    import numpy as np
+
+    def refuse(case):
+        raise ValueError("an image must be uint8\nmore")
+
+    monkeypatch.setattr(pp, "theirs", lambda case: (np.zeros((30, 2, 2, 2, 3), np.float32), [30]))
+    monkeypatch.setattr(pp, "ours", refuse)
+    r = pp.run_case(pp.Case(5, 6, "L", 2, "numpy"))
+    assert r["ok"] is False and not r["refused"]
+    assert pp.line(r).startswith("FAIL  5x6 L P=2 numpy: refused by inkling_model: ValueError: an image must be uint8")
+
+
+@pytest.mark.skipif(REASON is not None, reason=REASON or "")
+def test_a_plain_rgb_image_is_compared():
+    """A PIL RGB image must be taken by transformers: if every case were refused (an API change), the
+    parametrized test would skip all and pass on nothing."""
+    r = pp.run_case(pp.Case(16, 16, "RGB", 4, "pil"))
+    assert not r["refused"] and r["ok"], pp.line(r)
