@@ -13,7 +13,8 @@ depend on the position), and the candidate's rows vary (beyond MARGIN x noise of
 holding as many values, a constant row is in ``K``'s span, so zeros or one row repeated fit any table
 and say nothing. Evidence: the rows holding the same values in another order, the rank.
 Cost: a least-squares fit of ``[rows, values]`` against ``[rows, features]`` (inputs and outputs
-up to ``recorded.MAX_INPUT`` elements; at most MAX_VALUES distinct values).
+up to ``recorded.MAX_INPUT`` elements; at most MAX_VALUES distinct values and MAX_COUNTS cells of
+``K``: a larger fit is not tried, and nothing is claimed).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from inkling_probe.compare.explain.pair import Pair
 from inkling_probe.compare.explain.recorded import MARGIN, MAX_INPUT, row_errors, row_inputs
 
 MAX_VALUES = 4096
+MAX_COUNTS = 1 << 22  # cells of K [rows, values] (float64: 32 MiB; three SVDs of it at most)
 
 
 def positionless_lookup(p: Pair) -> Finding | None:
@@ -42,7 +44,7 @@ def positionless_lookup(p: Pair) -> Finding | None:
 def _one(p: Pair, name: str, ids: np.ndarray) -> Finding | None:
     n = ids.shape[0]
     values, inv = np.unique(ids, return_inverse=True)
-    if values.size > MAX_VALUES:
+    if values.size > MAX_VALUES or n * values.size > MAX_COUNTS:
         return None
     k = np.zeros((n, values.size))
     np.add.at(k, (np.repeat(np.arange(n), ids.shape[1]), inv.reshape(-1)), 1.0)  # [rows, values] counts

@@ -67,3 +67,15 @@ def test_rows_that_do_not_vary_are_not_a_lookup():
     ref, _ = _case(ids, np.zeros(B, int))
     for cand in (np.zeros_like(ref), np.tile(ref[0], (len(ref), 1))):
         assert "positionless_lookup" not in _found(ref, cand, ids)
+
+
+def test_a_fit_too_large_is_not_tried(monkeypatch):
+    """K [rows, values] is dense float64 and fitted by SVD: rows x values is capped (a long clip of many
+    levels would take gigabytes and minutes inside compare); over the cap nothing is claimed."""
+    from inkling_probe.compare.explain import lookup
+
+    ids = _ids()
+    ref, cand = _case(ids, np.zeros(B, int))
+    assert "positionless_lookup" in _found(ref, cand, ids)
+    monkeypatch.setattr(lookup, "MAX_COUNTS", len(ids) * 3 - 1)  # 3 values here
+    assert "positionless_lookup" not in _found(ref, cand, ids)
