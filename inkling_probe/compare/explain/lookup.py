@@ -56,7 +56,12 @@ def _one(p: Pair, name: str, ids: np.ndarray) -> Finding | None:
     if res_c > p.noise or res_r <= MARGIN * max(p.noise, 1e-12) or _spread(c) <= MARGIN * max(p.noise, 1e-12):
         return None
     pairs = _same_values(ids)
-    changed = np.flatnonzero(row_errors(p) > p.noise).tolist()
+    errs = row_errors(p)
+    if errs is None:  # a row dim past the stats' per-index limit: from the rows at hand
+        rr, dd = (r * r).sum(1), ((c - r) ** 2).sum(1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            errs = np.where(rr > 0, np.sqrt(dd / np.where(rr > 0, rr, 1.0)), np.where(dd > 0, np.inf, 0.0))
+    changed = np.flatnonzero(errs > p.noise).tolist()
     ev = {"input": name, "rows": changed, "n_rows": n, "positions": ids.shape[1], "values": values.size, "rank": rank,
           "residual_rel_rms": res_c, "ref_residual_rel_rms": res_r, "same_values_rows": pairs[:16]}
     same = f"rows {short_list([list(g) for g in pairs], 8)} hold the same values in another order and come out " \

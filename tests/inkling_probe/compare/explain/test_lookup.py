@@ -79,3 +79,15 @@ def test_a_fit_too_large_is_not_tried(monkeypatch):
     assert "positionless_lookup" in _found(ref, cand, ids)
     monkeypatch.setattr(lookup, "MAX_COUNTS", len(ids) * 3 - 1)  # 3 values here
     assert "positionless_lookup" not in _found(ref, cand, ids)
+
+
+def test_rows_without_per_row_sums_do_not_crash(monkeypatch):
+    """A row dim longer than the stats' per-index limit has no per-row sums: the changed rows come from
+    the rows at hand (it raised TypeError: None > float)."""
+    from inkling_probe.compare.explain import stats
+
+    ids = _ids()
+    ref, cand = _case(ids, np.zeros(B, int))
+    want = _found(ref, cand, ids)["positionless_lookup"].evidence["rows"]
+    monkeypatch.setattr(stats, "MAX_INDEX", len(ids) - 1)
+    assert _found(ref, cand, ids)["positionless_lookup"].evidence["rows"] == want and want
