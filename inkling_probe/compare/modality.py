@@ -32,7 +32,7 @@ ROW_FINDINGS = {  # explain findings whose evidence names rows: what compare pri
                                   + ("; only inputs constant along those dims stayed exact, so a fault sparing the "
                                      "padding fits too)" if ev.get("weak") else ")"),
     "positionless_lookup": lambda ev: f"a lookup of input {ev.get('input')} that ignores the position "
-                                      "(per-position codebook offsets dropped)",
+                                      "(e.g. per-position codebook offsets dropped)",
 }
 
 
