@@ -115,8 +115,10 @@ def test_only_padding_exact_is_said_to_be_weak():
     x[8:] = g.standard_normal(3)  # padded patches: one value per channel
     r = _module()(x)
     for c in (np.concatenate([np.zeros_like(r[:8]), r[8:]]), r + np.where(np.arange(12)[:, None] < 8, 0.1, 0.0)):
+        names = [h.name for h in explain(r, c, noise=1e-6, inputs={"0": x})]
         f = {h.name: h for h in explain(r, c, noise=1e-6, inputs={"0": x})}.get("reordered_input")
         assert f is None or (f.evidence["weak"] and "any fault that spares" in f.summary)
+        assert "zeroed" not in names or names.index("zeroed") < names.index("reordered_input")  # weak: after
     f = _explain(x, x.transpose(0, 2, 1, 3))["reordered_input"]
     assert f.evidence["weak"]
     xs = _patches(symmetric=(2,))
