@@ -9,9 +9,10 @@ Read from the culprit's recorded integer input ``ids`` ([rows, positions], :mod:
 linearly dependent (the same values in another order, above all) must come out as the same
 combination. It holds when ``K`` has rank below the number of rows, the candidate's residual
 off ``K``'s column space is at the noise level and the reference's is not (the reference's rows
-depend on the position), and the candidate's rows vary (beyond MARGIN x noise of their rms): every row
-holding as many values, a constant row is in ``K``'s span, so zeros or one row repeated fit any table
-and say nothing. Evidence: the rows holding the same values in another order, the rank.
+depend on the position). Every row holding as many values, a constant row is in ``K``'s span: it
+fits any table and says nothing, so both residuals are taken relative to the rows' variation about
+their mean row (zeros, one row repeated or a constant offset added fit nothing new: a candidate
+whose rows do not vary is no lookup). Evidence: the rows holding the same values in another order, the rank.
 Cost: a least-squares fit of ``[rows, values]`` against ``[rows, features]`` (inputs and outputs
 up to ``recorded.MAX_INPUT`` elements; at most MAX_VALUES distinct values and MAX_COUNTS cells of
 ``K``: a larger fit is not tried, and nothing is claimed).
@@ -52,8 +53,8 @@ def _one(p: Pair, name: str, ids: np.ndarray) -> Finding | None:
     if rank >= n:
         return None  # every output fits: no test
     r, c = (f64(np.moveaxis(x, p.row_dim, 0)).reshape(n, -1) for x in (p.r, p.c))  # [rows, features]
-    res_c, res_r = _off_span(k, c), _off_span(k, r)
-    if res_c > p.noise or res_r <= MARGIN * max(p.noise, 1e-12) or _spread(c) <= MARGIN * max(p.noise, 1e-12):
+    res_c, res_r = _off_span(k, c, flat=np.inf), _off_span(k, r, flat=0.0)
+    if res_c > p.noise or res_r <= MARGIN * max(p.noise, 1e-12):
         return None
     pairs = _same_values(ids)
     errs = row_errors(p)
@@ -68,24 +69,20 @@ def _one(p: Pair, name: str, ids: np.ndarray) -> Finding | None:
            f"alike; " if pairs else ""
     return Finding("positionless_lookup",
                    f"each row is a sum of one table row per value of input {name}, the same row for a value at "
-                   f"every position ({same}{n} rows fit {values.size} values' rows to rel_rms {fmt_num(res_c)}, "
+                   f"every position ({same}{n} rows fit {values.size} values' rows to rel_rms {fmt_num(res_c)} of their variation, "
                    f"the reference's do not: {fmt_num(res_r)}): the lookup ignores the position, e.g. "
                    f"per-position (codebook) offsets dropped from the index", ev, kind="offset")
 
 
-def _off_span(k: np.ndarray, y: np.ndarray) -> float:
-    """rel_rms of ``y`` off the column space of ``k`` (what no table ``G`` in ``k G`` can fit)."""
+def _off_span(k: np.ndarray, y: np.ndarray, flat: float) -> float:
+    """rel_rms of ``y`` off the column space of ``k`` (what no table ``G`` in ``k G`` can fit), relative
+    to ``y``'s variation about its mean row (a constant row is in the span); ``flat`` when ``y``'s rows
+    do not vary at all."""
     g, *_ = np.linalg.lstsq(k, y, rcond=None)
     d = y - k @ g
-    yy = float((y * y).sum())
-    return float(np.sqrt((d * d).sum() / yy)) if yy > 0 else 0.0
-
-
-def _spread(y: np.ndarray) -> float:
-    """rel_rms of ``y``'s rows about their mean row (0: every row alike, or all zero)."""
-    d = y - y.mean(0)
-    yy = float((y * y).sum())
-    return float(np.sqrt((d * d).sum() / yy)) if yy > 0 else 0.0
+    y0 = y - y.mean(0)
+    yy = float((y0 * y0).sum())
+    return float(np.sqrt((d * d).sum() / yy)) if yy > 0 else flat
 
 
 def _same_values(ids: np.ndarray) -> list[tuple[int, ...]]:

@@ -91,3 +91,15 @@ def test_rows_without_per_row_sums_do_not_crash(monkeypatch):
     want = _found(ref, cand, ids)["positionless_lookup"].evidence["rows"]
     monkeypatch.setattr(stats, "MAX_INDEX", len(ids) - 1)
     assert _found(ref, cand, ids)["positionless_lookup"].evidence["rows"] == want and want
+
+
+def test_a_constant_offset_is_not_a_lookup():
+    """A reference that depends on the position only a little, and a candidate that is it plus a large
+    constant vector (a bias fault): the offset is in K's span and dwarfs the residual when measured
+    against the rows' size; against their variation it does not fit (it was claimed at noise 1e-2)."""
+    ids = _ids()
+    g = np.random.default_rng(1)
+    shared, pos = g.standard_normal((V, D)), g.standard_normal((B * V, D))
+    ref = shared[ids].sum(1) + 0.2 * pos[ids + np.arange(B) * V].sum(1)
+    cand = ref + g.standard_normal(D) * 12 * np.sqrt((ref ** 2).mean())
+    assert "positionless_lookup" not in _found(ref, cand, ids, noise=1e-2)
