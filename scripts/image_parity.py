@@ -37,8 +37,12 @@ def main() -> int:
             f"# {sum(r['ok'] for r in compared)} of {len(compared)} images compared within tolerance; "
             f"{sum(r['max_abs'] == 0 for r in compared)} bit-exact; {len(results) - len(compared)} refused by a side"]
     text = "\n".join(head + [pp.line(r) for r in results]) + "\n"
-    with open(args.out, "w") as f:
-        f.write(text)
+    try:
+        with open(args.out, "w") as f:
+            f.write(text)
+    except OSError as e:
+        print(f"image parity: cannot write {args.out}: {e.strerror or e}", file=sys.stderr)
+        return 2
     print(text, end="")
     if not compared:
         print("image parity: not run: transformers refused every image (see the skip lines)", file=sys.stderr)

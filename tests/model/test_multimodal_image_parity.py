@@ -92,3 +92,6 @@ def test_the_script_gives_no_all_clear_on_nothing_compared(tmp_path, monkeypatch
     monkeypatch.setattr(pp, "run_case", lambda c: {"case": c.name, "refused": None, "error": "refused by inkling_model: Y",
                                                    "ok": False, "max_abs": None})
     assert script.main() == 1
+    monkeypatch.setattr(sys, "argv", ["image_parity.py", str(tmp_path / "no" / "such" / "dir.txt")])
+    capsys.readouterr()
+    assert script.main() == 2 and "cannot write" in capsys.readouterr().err  # one line, not a traceback
