@@ -156,7 +156,8 @@ def _image_processor_does(mm: MultimodalConfig) -> dict:
 
 def _same(a, b) -> bool:
     """JSON values equal, numbers to float32 precision (a config writes 1/255 and CLIP's constants rounded)."""
-    if isinstance(a, dict) and isinstance(b, dict):
+    if isinstance(a, dict) and isinstance(b, dict):  # unset (null) fields of a size dict say nothing
+        a, b = ({k: v for k, v in d.items() if v is not None} for d in (a, b))
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))

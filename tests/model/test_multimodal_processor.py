@@ -187,6 +187,9 @@ def test_other_pixels_asked_by_the_image_processor_config_are_refused(tmp_path):
                 "image_processor_type": "InklingImageProcessor"}
     (ck / "preprocessor_config.json").write_text(json.dumps(defaults))
     assert read_multimodal_config(ck)[1].vision.patch_size == 2
+    (ck / "preprocessor_config.json").write_text(json.dumps({**defaults, "size": {"height": 2, "width": 2,
+                                                                                 "longest_edge": None}}))
+    assert read_multimodal_config(ck)[1].vision.patch_size == 2  # a size dict's unset fields: nothing asked
     for key, value in (("image_mean", [0.5, 0.5, 0.5]), ("image_std", [0.5, 0.5, 0.5]), ("do_normalize", False),
                        ("rescale_factor", 1 / 127.5), ("size", {"height": 4, "width": 4}), ("do_rescale", False)):
         (ck / "preprocessor_config.json").write_text(json.dumps({**defaults, key: value}))
