@@ -4,9 +4,10 @@ image, to a text file (for docs/gpu/; needs torchvision, as transformers' proces
 
     python3 scripts/image_parity.py docs/gpu/image_parity.txt
 
-Exit 0 when every image compared is within tolerance, 1 when one is not, 2 when transformers'
-processor cannot run here (the reason is printed). An image a side refuses is a "skip" line with
-its error, not a traceback.
+Exit 0 when every image compared is within tolerance, 1 when one is not (or ours refused one that
+transformers took), 2 when transformers' processor cannot run here or refused every image (the
+reason is printed: nothing compared is no all-clear). An image transformers refuses is a "skip"
+line with its error, not a traceback.
 """
 from __future__ import annotations
 
@@ -36,9 +37,16 @@ def main() -> int:
             f"# {sum(r['ok'] for r in compared)} of {len(compared)} images compared within tolerance; "
             f"{sum(r['max_abs'] == 0 for r in compared)} bit-exact; {len(results) - len(compared)} refused by a side"]
     text = "\n".join(head + [pp.line(r) for r in results]) + "\n"
-    with open(args.out, "w") as f:
-        f.write(text)
+    try:
+        with open(args.out, "w") as f:
+            f.write(text)
+    except OSError as e:
+        print(f"image parity: cannot write {args.out}: {e.strerror or e}", file=sys.stderr)
+        return 2
     print(text, end="")
+    if not compared:
+        print("image parity: not run: transformers refused every image (see the skip lines)", file=sys.stderr)
+        return 2
     return 0 if all(r["ok"] for r in compared) else 1
 
 

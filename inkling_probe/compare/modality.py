@@ -28,9 +28,11 @@ TOWERS = {"image": ("vision.",), "audio": ("audio.",)}
 TOWER_NAMES = {"image": "vision tower", "audio": "audio tower"}
 ROW_FINDINGS = {  # explain findings whose evidence names rows: what compare prints after the rows, from the evidence
     "reordered_input": lambda ev: f"changed, input {ev.get('input')} read in another order along dims "
-                                  f"{tuple(ev.get('dims') or ())} (the exact ones: those the reordering leaves unchanged)",
+                                  f"{tuple(ev.get('dims') or ())} (the exact ones: those the reordering leaves unchanged"
+                                  + ("; only inputs constant along those dims stayed exact, so a fault sparing the "
+                                     "padding fits too)" if ev.get("weak") else ")"),
     "positionless_lookup": lambda ev: f"a lookup of input {ev.get('input')} that ignores the position "
-                                      "(per-position codebook offsets dropped)",
+                                      "(e.g. per-position codebook offsets dropped)",
 }
 
 

@@ -138,20 +138,49 @@ def read_multimodal_config(ckpt_dir):
     mm = MultimodalConfig.from_pretrained(ckpt_dir)
     if mm is None:
         raise CheckpointError(f"{Path(ckpt_dir) / 'config.json'}: no vision_config/audio_config (a text-only checkpoint)")
-    _check_preprocessor(Path(ckpt_dir) / "preprocessor_config.json")
+    _check_preprocessor(Path(ckpt_dir) / "preprocessor_config.json", mm)
     return InklingConfig.from_pretrained(ckpt_dir), mm
 
 
-def _check_preprocessor(path: Path) -> None:
+def _image_processor_does(mm: MultimodalConfig) -> dict:
+    """What inkling_model's image processor does (processor.image_patches), as transformers'
+    InklingImageProcessor config keys; a key left out of a config means transformers' default: this."""
+    from inkling_model.multimodal.processor import CLIP_MEAN, CLIP_STD
+
+    does = {"rescale_image_frac": None, "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True,
+            "image_mean": list(CLIP_MEAN), "image_std": list(CLIP_STD), "do_convert_rgb": True}
+    if mm.vision is not None:
+        does["size"] = {"height": mm.vision.patch_size, "width": mm.vision.patch_size}
+    return does
+
+
+def _same(a, b) -> bool:
+    """JSON values equal, numbers to float32 precision (a config writes 1/255 and CLIP's constants rounded)."""
+    if isinstance(a, dict) and isinstance(b, dict):  # unset (null) fields of a size dict say nothing
+        a, b = ({k: v for k, v in d.items() if v is not None} for d in (a, b))
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, bool) or isinstance(b, bool) or a is None or b is None:
+        return a is b or a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return abs(a - b) <= 1e-6 * max(abs(a), abs(b))
+    return a == b
+
+
+def _check_preprocessor(path: Path, mm: MultimodalConfig) -> None:
     """A transformers image-processor config asking for what ours does not do is refused, not ignored:
-    a resize before patching (``rescale_image_frac``) would make other pixels than transformers'."""
+    a resize before patching (``rescale_image_frac``), another mean/std, rescale, RGB conversion or
+    patch size would make other pixels than transformers'."""
     if not path.is_file():
         return
     try:
         pre = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{path}: not readable JSON ({e})") from None
-    frac = pre.get("rescale_image_frac") if isinstance(pre, dict) else None
-    if frac is not None:
-        raise CheckpointError(f"{path}: rescale_image_frac {frac!r} is not supported (inkling_model's image "
-                              "processor does not resize; transformers' default is null)")
+    if not isinstance(pre, dict):
+        raise CheckpointError(f"{path}: not a JSON object")
+    for key, ours in _image_processor_does(mm).items():
+        if key in pre and not (key == "do_convert_rgb" and pre[key] is None) and not _same(pre[key], ours):
+            raise CheckpointError(f"{path}: {key} {pre[key]!r} is not supported (inkling_model's image processor "
+                                  f"does {ours!r}, transformers' default)")

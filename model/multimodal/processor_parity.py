@@ -8,7 +8,8 @@ the per-image lines for docs/gpu/).
 
 Inputs go to transformers as a user's would: a PIL image (what ``Image.open`` gives; grey, grey+alpha,
 RGB and RGBA modes) or a channels-last uint8 numpy array. Ours: :func:`processor.image_patches` on the
-same pixels (a PIL image's array). Tolerance: bit-exact, except numpy RGBA arrays: transformers'
+same pixels (a PIL image's array). An image transformers refuses is skipped with its reason; one
+ours refuses after transformers took it is a failure. Tolerance: bit-exact, except numpy RGBA arrays: transformers'
 torchvision path blends them onto white in float32 and truncates, where ours (like transformers for
 a PIL image) uses Pillow's integer ``alpha_composite``: within one 8-bit level (``LEVEL``).
 Resizing (``rescale_image_frac``) is off by default in transformers and not implemented here (a
@@ -108,15 +109,19 @@ def ours(case: Case) -> np.ndarray:
 
 def run_case(case: Case) -> dict:
     """One image compared: grid, shape, max |difference|, elements off, and whether it is within tolerance.
-    A side that refuses the image gives ``refused`` (its error, one line) instead of a comparison."""
+    An image transformers refuses gives ``refused`` (its error, one line) instead of a comparison; one
+    transformers takes and ours refuses is a failure (``error``): ours must take what transformers takes."""
     rows, cols = patch_grid(case.height, case.width, case.patch)
-    res = {"case": case.name, "grid": [rows, cols], "tolerance": case.tolerance, "refused": None}
+    res = {"case": case.name, "grid": [rows, cols], "tolerance": case.tolerance, "refused": None, "error": None}
     for side, fn in (("transformers", theirs), ("inkling_model", ours)):
         try:
             res[side] = fn(case)
         except Exception as e:  # noqa: BLE001 - a refusal is a result line, not a traceback
             msg = str(e).splitlines()[0] if str(e) else ""
-            return {**res, "refused": f"refused by {side}: {type(e).__name__}: {msg[:200]}", "ok": None, "max_abs": None}
+            why = f"refused by {side}: {type(e).__name__}: {msg[:200]}"
+            if side == "transformers":
+                return {**res, "refused": why, "ok": None, "max_abs": None}
+            return {**res, "error": why, "ok": False, "max_abs": None}
     got, (want, counts) = res.pop("inkling_model"), res.pop("transformers")
     res.update(ours_shape=list(got.shape), theirs_shape=list(want.shape), theirs_num_patches=counts)
     if got.shape != want.shape or counts != [rows * cols]:
@@ -130,6 +135,8 @@ def line(r: dict) -> str:
     """One text line of a result."""
     if r.get("refused"):
         return f"skip  {r['case']}: {r['refused']}"
+    if r.get("error"):
+        return f"FAIL  {r['case']}: {r['error']} (transformers took it)"
     if r["max_abs"] is None:
         return (f"FAIL  {r['case']}: grid {r['grid']} shape ours {r['ours_shape']} theirs {r['theirs_shape']} "
                 f"num_patches {r['theirs_num_patches']}")

@@ -105,11 +105,15 @@ class GraphRunner:
         dp = self.model.tp.dp_peers
         if dp.size == 1:
             return
-        mine = torch.tensor([len(self.batch_sizes), self.batch_sizes[-1], sum(self.batch_sizes)], device=self.device)
-        every = dp.all_gather(mine, 0).view(dp.size, 3).tolist()  # [dp, 3]
-        if any(row != every[0] for row in every):
-            raise ValueError(f"attention-DP groups would capture different batch sizes (count, largest, sum "
-                             f"per group: {every}): give every group's runtime the same max_batch and batch_sizes")
+        counts = dp.all_gather(torch.tensor([len(self.batch_sizes)], device=self.device), 0).tolist()  # [dp]
+        every = counts
+        if len(set(counts)) == 1:  # then the lists themselves, element by element (a summary can collide)
+            every = dp.all_gather(torch.tensor(self.batch_sizes, device=self.device), 0).view(dp.size, -1).tolist()
+            if all(row == every[0] for row in every):
+                return
+        raise ValueError(f"attention-DP groups would capture different batch sizes ("
+                         f"{'sizes' if every is not counts else 'how many'} per group: {every}): give every "
+                         "group's runtime the same max_batch and batch_sizes")
 
     def _capture(self, bs: int) -> None:
         self.inputs.fill([], [], [], bs)  # every row padding (the scratch slot); every DP group alike

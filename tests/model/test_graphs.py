@@ -161,7 +161,26 @@ def test_dp_groups_must_capture_the_same_sizes():
     runtime would capture other batch sizes is refused at capture (one line, every rank), not a hang."""
     from inkling_model.layers.kv_cache import KVPool
 
-    model, _ = _dp_model(None, "cpu", lambda t: t + 1 if t.dtype == torch.long and t.shape == (3,) else t.clone())
+    model, _ = _dp_model(None, "cpu", lambda t: t + 1 if t.dtype == torch.long and t.shape == (2,) else t.clone())
     pool = KVPool(model, 2, 16)
-    with pytest.raises(ValueError, match=r"groups would capture different batch sizes .*\[\[2, 2, 3\], \[3, 3, 4\]\]"):
+    with pytest.raises(ValueError, match=r"groups would capture different batch sizes \(sizes per group: \[\[1, 2\], \[2, 3\]\]"):
         GraphRunner(model, pool, 2, (1, 2), capture=False).capture()
+    model, _ = _dp_model(None, "cpu", lambda t: t + 1 if t.dtype == torch.long and t.shape == (1,) else t.clone())
+    with pytest.raises(ValueError, match=r"\(how many per group: \[2, 3\]\)"):
+        GraphRunner(model, KVPool(model, 2, 16), 2, (1, 2), capture=False).capture()
+
+
+def test_dp_sizes_are_compared_element_by_element():
+    """Two groups' batch sizes of the same count, largest and sum ({1, 4, 5, 10} and {2, 3, 5, 10}) are
+    still different sizes (a group of 2 rows would replay 4, the other 2: the fixed gathers would not
+    match): refused, not passed on a summary."""
+    from inkling_model.layers.kv_cache import KVPool
+
+    def peer(t):
+        if t.dtype == torch.long and t.tolist() == [1, 4, 5, 10]:
+            return torch.tensor([2, 3, 5, 10])
+        return t.clone()
+
+    model, _ = _dp_model(None, "cpu", peer)
+    with pytest.raises(ValueError, match=r"\[\[1, 4, 5, 10\], \[2, 3, 5, 10\]\]"):
+        GraphRunner(model, KVPool(model, 10, 16), 10, (1, 4, 5), capture=False).capture()

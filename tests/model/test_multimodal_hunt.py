@@ -155,6 +155,7 @@ def test_tower_faults_explained_from_the_recorded_inputs(hunt, name, dtype):
     assert TOWER_EXPLAINED[name] in found, [f.summary for f in found.values()]
     if name == "vision_fold_order":  # the patch's spatial dims of pixel_values [N, T, P, P, C]
         assert found["reordered_input"].evidence["dims"] == [2, 3]
+        assert found["reordered_input"].evidence["weak"]  # only the padded blocks stayed exact: said so
     lines = modality.lines(rep, inkling_probe.open(hunt["dumps"]["hf-fp32"]), inkling_probe.open(_faulty(hunt, name, dtype)))
     assert any(ln.startswith(f"  explain {loc}: ") for ln in lines), lines
 

@@ -39,3 +39,59 @@ def test_a_refusal_is_a_line_not_a_traceback(monkeypatch):
     r = pp.run_case(pp.Case(5, 6, "L", 2, "numpy"))
     assert r["refused"] == "refused by transformers: ValueError: Could not make a flat list of images from [array(...)]"
     assert pp.line(r).startswith("skip  5x6 L P=2 numpy: refused by transformers")
+
+
+def test_ours_refusing_what_transformers_takes_fails(monkeypatch):
+    """Only transformers' refusal is a skip: ours raising on an image transformers processed is a
+    failure, never a silent skip (else a broken processor would pass every case)."""
+    import numpy as np
+
+    def refuse(case):
+        raise ValueError("an image must be uint8\nmore")
+
+    monkeypatch.setattr(pp, "theirs", lambda case: (np.zeros((30, 2, 2, 2, 3), np.float32), [30]))
+    monkeypatch.setattr(pp, "ours", refuse)
+    r = pp.run_case(pp.Case(5, 6, "L", 2, "numpy"))
+    assert r["ok"] is False and not r["refused"]
+    assert pp.line(r).startswith("FAIL  5x6 L P=2 numpy: refused by inkling_model: ValueError: an image must be uint8")
+
+
+@pytest.mark.skipif(REASON is not None, reason=REASON or "")
+def test_a_plain_rgb_image_is_compared():
+    """A PIL RGB image must be taken by transformers: if every case were refused (an API change), the
+    parametrized test would skip all and pass on nothing."""
+    r = pp.run_case(pp.Case(16, 16, "RGB", 4, "pil"))
+    assert not r["refused"] and r["ok"], pp.line(r)
+
+
+def test_the_script_gives_no_all_clear_on_nothing_compared(tmp_path, monkeypatch, capsys):
+    """scripts/image_parity.py: every image refused by transformers is exit 2 (not run), not exit 0
+    over "0 of 0 images"; one of ours failing is exit 1."""
+    import importlib.util
+    import sys
+    import types
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("image_parity", Path(__file__).parents[2] / "scripts" / "image_parity.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    import importlib.machinery
+
+    import transformers  # noqa: F401 - imported before the stub below, so it looks torchvision up for real
+
+    stub = types.ModuleType("torchvision")
+    stub.__version__, stub.__spec__ = "stub", importlib.machinery.ModuleSpec("torchvision", None)
+    monkeypatch.setitem(sys.modules, "torchvision", stub)
+    monkeypatch.setattr(pp, "missing", lambda: None)
+    monkeypatch.setattr(pp, "cases", lambda: [pp.Case(5, 6, "RGB", 2, "pil")])
+    out = str(tmp_path / "parity.txt")
+    monkeypatch.setattr(sys, "argv", ["image_parity.py", out])
+    monkeypatch.setattr(pp, "run_case", lambda c: {"case": c.name, "refused": "refused by transformers: X", "ok": None,
+                                                   "max_abs": None})
+    assert script.main() == 2 and "refused every image" in capsys.readouterr().err
+    monkeypatch.setattr(pp, "run_case", lambda c: {"case": c.name, "refused": None, "error": "refused by inkling_model: Y",
+                                                   "ok": False, "max_abs": None})
+    assert script.main() == 1
+    monkeypatch.setattr(sys, "argv", ["image_parity.py", str(tmp_path / "no" / "such" / "dir.txt")])
+    capsys.readouterr()
+    assert script.main() == 2 and "cannot write" in capsys.readouterr().err  # one line, not a traceback

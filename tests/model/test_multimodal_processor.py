@@ -166,3 +166,35 @@ def test_a_resize_asked_by_the_image_processor_config_is_refused(tmp_path):
     (ck / "preprocessor_config.json").write_text(json.dumps({"rescale_image_frac": 0.5}))
     with pytest.raises(CheckpointError, match=r"preprocessor_config.json: rescale_image_frac 0.5 is not supported"):
         read_multimodal_config(ck)
+
+
+def test_other_pixels_asked_by_the_image_processor_config_are_refused(tmp_path):
+    """Every image-processor key that changes the pixels is checked against what ours does: transformers'
+    defaults written out are accepted, another mean / std / rescale / patch size is refused (it was
+    silently processed with CLIP's constants and the config's patch)."""
+    import json
+
+    from inkling_model.checkpoint.shards import CheckpointError
+    from inkling_model.config import InklingConfig
+    from inkling_model.multimodal.checkpoint import read_multimodal_config, write_multimodal_checkpoint
+    from inkling_model.multimodal.config import MultimodalConfig
+
+    cfg = InklingConfig.preset("tiny")
+    ck = write_multimodal_checkpoint(cfg, MultimodalConfig.preset("tiny", cfg), tmp_path / "ck", seed=0)
+    defaults = {"do_convert_rgb": True, "do_normalize": True, "do_rescale": True, "rescale_factor": 0.00392156862745098,
+                "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711],
+                "size": {"height": 2, "width": 2}, "rescale_image_frac": None, "resample": 1,
+                "image_processor_type": "InklingImageProcessor"}
+    (ck / "preprocessor_config.json").write_text(json.dumps(defaults))
+    assert read_multimodal_config(ck)[1].vision.patch_size == 2
+    (ck / "preprocessor_config.json").write_text(json.dumps({**defaults, "size": {"height": 2, "width": 2,
+                                                                                 "longest_edge": None}}))
+    assert read_multimodal_config(ck)[1].vision.patch_size == 2  # a size dict's unset fields: nothing asked
+    for key, value in (("image_mean", [0.5, 0.5, 0.5]), ("image_std", [0.5, 0.5, 0.5]), ("do_normalize", False),
+                       ("rescale_factor", 1 / 127.5), ("size", {"height": 4, "width": 4}), ("do_rescale", False)):
+        (ck / "preprocessor_config.json").write_text(json.dumps({**defaults, key: value}))
+        with pytest.raises(CheckpointError, match=rf"preprocessor_config.json: {key} .* is not supported"):
+            read_multimodal_config(ck)
+    (ck / "preprocessor_config.json").write_text("[1, 2]")
+    with pytest.raises(CheckpointError, match="not a JSON object"):
+        read_multimodal_config(ck)

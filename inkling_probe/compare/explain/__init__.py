@@ -61,12 +61,15 @@ def explain(ref, cand, context: Context | None = None, **fields) -> list[Finding
     ratio = constant_ratio(p)
     found += [f for f in (ratio, renormalised_rows(p), layout_permutation(p), sequence_shift(p), rounding(p), row_ratio(p, ratio is not None),
                           channel_ratio(p, ratio is not None), channel_offset(p), saturation(p)) if f is not None]
-    if ctx.inputs:  # hypotheses that read the key's recorded inputs too
-        found += [f for f in (reordered_input(p), positionless_lookup(p)) if f is not None]
+    weak = []
+    if ctx.inputs:  # hypotheses that read the key's recorded inputs too (weak evidence: after the rest)
+        for f in (reordered_input(p), positionless_lookup(p)):
+            if f is not None:
+                (weak if f.evidence.get("weak") else found).append(f)
     if p.stats.zeroed_energy >= FLUSHED_SHARE * p.stats.dd:  # the zeros may carry the error
         z = measure(p)
         found += [f for f in (zeroed(p, z), flushed(p, z)) if f is not None]
-    return found + confined(p)
+    return found + weak + confined(p)
 
 
 def _contiguous(x: np.ndarray) -> np.ndarray:

@@ -14,7 +14,10 @@ of another axis, would change one of them: a constant or zero input says nothing
 one unit's input onto another's (``T(x_u) == x_v``), the candidate's unit u must equal the
 reference's unit v: a check that separates transforms when the data has such pairs (the confirmed
 ones are kept alone). Reorderings that touch an axis along which no unit varies are dropped when one
-without it splits the units the same way. Cost: one pass over the pair (float64 a block at a time)
+without it splits the units the same way. When every exact unit's input is constant along the dims
+the reorderings touch (the padding, typically) and no pair confirmed one, the evidence is only that
+the fault spared those inputs, which any fault sparing the padding does too: the finding says so
+(evidence ``weak``) rather than claiming the order alone. Cost: one pass over the pair (float64 a block at a time)
 and one over the input per reordering (both up to ``recorded.MAX_INPUT`` elements).
 """
 from __future__ import annotations
@@ -116,11 +119,21 @@ def _one(p: Pair, name: str, shape: tuple, x: np.ndarray, r: np.ndarray, c: np.n
     consistent = _drop_constant_dims(consistent, const_dims)
     if any(t[3] for t in consistent):  # a reordering that pairs units up and was confirmed beats one untested
         consistent = [t for t in consistent if t[3]]
-    return _finding(name, shape, block, consistent, exact, changed, n)
+    return _finding(name, shape, block, consistent, exact, changed, x)
 
 
-def _finding(name, shape, block, consistent, exact, changed, n) -> Finding:
+def _only_constant(xe: np.ndarray, dims: list) -> bool:
+    """Is every exact unit's input ``xe [units, ...]`` constant along each of ``dims``?"""
+    return all((xe == xe.take([0], axis=d)).all() for d in dims)
+
+
+def _finding(name, shape, block, consistent, exact, changed, x) -> Finding:
+    n = x.shape[0]
     dims = sorted({d for _, ds, _, _ in consistent for d in ds})
+    confirmed = sum(t[3] for t in consistent)
+    weak = not confirmed and _only_constant(x[exact], dims)
+    hedge = (f"; but every exact {'row' if block is None else 'position'}'s input is constant along dims "
+             f"{tuple(dims)} (e.g. padding): any fault that spares such inputs fits this as well") if weak else ""
     labels = [t[0] for t in consistent]
     per = n // shape[0]
     rows = sorted({int(u) // per for u in changed})  # the token rows holding a changed unit
@@ -130,11 +143,11 @@ def _finding(name, shape, block, consistent, exact, changed, n) -> Finding:
     ev = {"input": name, "input_shape": list(shape), "dims": dims, "transforms": labels, "block": block,
           "rows": rows, "exact": exact[:64].tolist(), "changed_units": int(changed.size), "exact_units": int(exact.size),
           "units": n,
-          "pairs_confirmed": sum(t[3] for t in consistent)}
+          "pairs_confirmed": confirmed, "weak": weak}
     return Finding("reordered_input",
                    f"input {name} read in another order{where}: {which}: rows {short_list(rows)} changed; the "
                    f"{exact.size} exact {unit} of {n} are exactly those whose input the reordering leaves unchanged "
-                   f"(input {list(shape)}; e.g. a space-to-depth fold or a flatten in another order)", ev,
+                   f"(input {list(shape)}; e.g. a space-to-depth fold or a flatten in another order){hedge}", ev,
                    kind="permutation")
 
 

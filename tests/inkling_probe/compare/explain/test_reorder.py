@@ -104,3 +104,22 @@ def test_a_fold_in_another_order_is_named_per_output_position():
     f = {g.name: g for g in explain(fold(x, False), fold(x, True), noise=1e-6, inputs={"0": x})}["reordered_input"]
     assert f.evidence["block"] == [2, 2] and f.evidence["rows"] == [0, 1, 2, 3] and f.evidence["exact_units"] == 8
     assert "dims 1<->2 swapped" in f.evidence["transforms"] and "within each 2x2 block" in f.summary
+
+
+def test_only_padding_exact_is_said_to_be_weak():
+    """Exact units that are all constant along the reordered dims (identical padded patches) say only
+    that the fault spared them: a fault on the real rows alone (zeroed, noised) fits that as well, so
+    the finding says so; a symmetric non-constant patch left exact is evidence of the order itself."""
+    g = np.random.default_rng(0)
+    x = g.standard_normal((12, 2, 2, 3))
+    x[8:] = g.standard_normal(3)  # padded patches: one value per channel
+    r = _module()(x)
+    for c in (np.concatenate([np.zeros_like(r[:8]), r[8:]]), r + np.where(np.arange(12)[:, None] < 8, 0.1, 0.0)):
+        names = [h.name for h in explain(r, c, noise=1e-6, inputs={"0": x})]
+        f = {h.name: h for h in explain(r, c, noise=1e-6, inputs={"0": x})}.get("reordered_input")
+        assert f is None or (f.evidence["weak"] and "any fault that spares" in f.summary)
+        assert "zeroed" not in names or names.index("zeroed") < names.index("reordered_input")  # weak: after
+    f = _explain(x, x.transpose(0, 2, 1, 3))["reordered_input"]
+    assert f.evidence["weak"]
+    xs = _patches(symmetric=(2,))
+    assert not _explain(xs, xs.transpose(0, 2, 1, 3))["reordered_input"].evidence["weak"]
