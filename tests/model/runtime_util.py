@@ -9,6 +9,7 @@ import torch
 
 PROMPTS = [[5, 77, 300, 12, 9], [1, 2, 3], list(range(40, 51))]  # decoded past the window (8) and extent (16)
 MAX_NEW = 14
+RANK_MAX_NEW = 8  # spawned ranks: prompt 2 (11 tokens) still decodes past the extent (16), every prompt past the window
 
 
 def load(ckpt: str, dtype=torch.bfloat16, dp: int = 1):
@@ -81,10 +82,10 @@ def rank_job(rank: int, world: int, ckpts: dict, layouts: list[int], static_allr
     for fmt, ckpt in ckpts.items():
         for dp in layouts:
             model = load(ckpt, dp=dp)
-            out[f"{fmt}/dp{dp}"] = both(model, static_allreduce=static_allreduce)
+            out[f"{fmt}/dp{dp}"] = both(model, max_new=RANK_MAX_NEW, static_allreduce=static_allreduce)
             if dp > 1:  # request 1's first token ends it at once: its group idles (padding steps)
                 eos = _first_token_of(1, out[f"{fmt}/dp{dp}"], model)
-                out[f"{fmt}/dp{dp}/idle"] = both(model, eos=eos, static_allreduce=static_allreduce)
+                out[f"{fmt}/dp{dp}/idle"] = both(model, max_new=RANK_MAX_NEW, eos=eos, static_allreduce=static_allreduce)
     return out
 
 
