@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 
 from inkling_probe.errors import DumpError, KeyNotFound, RanksMissing, ValuesNotStored
-from inkling_probe.store import dp
+from inkling_probe.store import consolidated, dp
 from inkling_probe.store.segments import (Segment, first_line, one_run, open_segment, read_segment,
                                            read_values, safe_dataset, segment_files)
 
@@ -45,10 +45,11 @@ class Dump:
     def __init__(self, path, dp_raw: bool = False):
         self.path = os.fspath(path)
         files, self.unfinished = segment_files(self.path)
+        cached = consolidated.cached_segments(self.path, files) if os.path.isdir(self.path) else {}
         self.segments: list[Segment] = []
         rows = []
         for f in files:
-            seg, seg_rows = read_segment(f)
+            seg, seg_rows = cached.get(f) or read_segment(f)
             self.segments.append(seg)
             rows.extend({**r, "_segment": len(self.segments) - 1} for r in seg_rows)
         world = one_run(self.path, self.segments)
