@@ -1,7 +1,7 @@
 """A rank's consolidated index: every segment's header and index rows in one file, so opening a dump
 of thousands of segments reads one file a rank instead of one a segment (docs/FORMAT.md).
 
-The segments stay authoritative. ``rankNNNNN-index-<run>.h5`` lists, per segment, its file name,
+The segments stay authoritative. ``rankNNNNN-<run>.index`` (HDF5) lists, per segment, its file name,
 size and modification time (ns) with its header and rows; a reader takes a segment's rows from it
 only when a regular file of that name is in the folder now with that size and time, and that time
 is at least :data:`SETTLED_NS` older than the consolidated index itself (file times tick coarsely:
@@ -33,7 +33,7 @@ from inkling_probe.store import schema
 FORMAT = "inkling-probe-index"
 VERSION = 1
 SETTLED_NS = 2_000_000_000  # a cached segment's time must be this much older than the index's (racy case)
-NAME_RE = re.compile(r"^rank(\d{5})-index(?:-([0-9a-f]{12}))?\.h5$")
+NAME_RE = re.compile(r"^rank(\d{5})(?:-([0-9a-f]{12}))?\.index$")
 _STR = h5py.string_dtype("utf-8")
 SEGMENTS_DTYPE = np.dtype([("name", _STR), ("size", "<i8"), ("mtime_ns", "<i8"), ("rank", "<i4"),
                            ("world_size", "<i4"), ("complete_through_step", "<i8"), ("run_id", _STR),
@@ -44,7 +44,8 @@ _ROWS_TYPE = h5py.h5t.py_create(ROWS_DTYPE)
 
 
 def file_name(rank: int, run_id: str) -> str:
-    return f"rank{rank:05d}-index-{run_id}.h5" if run_id else f"rank{rank:05d}-index.h5"
+    """``rank00000-<run>.index``: HDF5, named apart from segments (``*.h5`` stays the data)."""
+    return f"rank{rank:05d}-{run_id}.index" if run_id else f"rank{rank:05d}.index"
 
 
 def identity(st: os.stat_result) -> tuple[int, int]:
