@@ -54,9 +54,9 @@ def identity(st: os.stat_result) -> tuple[int, int]:
 
 
 # -- writing ---------------------------------------------------------------------------------------
-def write_rank(folder: str, rank: int, run_id: str) -> str | None:
-    """Consolidate ``rank``'s segments of run ``run_id`` in ``folder`` (reading each segment's header
-    and index); returns the path written, or None when there is nothing to write or it could not be
+def write_rank(folder: str, rank: int, run_id: str | None = None) -> str | None:
+    """Consolidate ``rank``'s segments of run ``run_id`` (default: the one run of that rank's segment
+    names) in ``folder``, reading each segment's header and index; returns the path written, or None when there is nothing to write or it could not be
     written (an existing file or link in the way, a read-only folder: readers then open the segments,
     as without it). Never raises: a damaged segment is left out (readers open it and say so)."""
     try:
@@ -68,10 +68,15 @@ def write_rank(folder: str, rank: int, run_id: str) -> str | None:
 def _write_rank(folder: str, rank: int, run_id: str) -> str | None:
     from inkling_probe.store.headers import read_header_and_index
 
+    names = [(n, schema.parse_segment_name(n)) for n in sorted(os.listdir(folder)) if schema.SEGMENT_RE.match(n)]
+    if run_id is None:
+        runs = {p[2] for _, p in names if p[0] == rank}
+        if len(runs) != 1:
+            return None
+        (run_id,) = runs
     segs, rows = [], []
-    for name in sorted(os.listdir(folder)):
-        parsed = schema.parse_segment_name(name)
-        if not parsed or name.endswith(schema.TMP_SUFFIX) or parsed[0] != rank or parsed[2] != run_id:
+    for name, parsed in names:
+        if parsed[0] != rank or parsed[2] != run_id:
             continue
         path = os.path.join(folder, name)
         try:

@@ -32,7 +32,7 @@ import h5py
 import numpy as np
 
 from inkling_probe.errors import DumpError
-from inkling_probe.store import consolidated, schema
+from inkling_probe.store import schema
 from inkling_probe.store.batch import Countdown, add_each
 from inkling_probe.store.stats import NAN_STATS, array_stats, content_hash
 
@@ -252,7 +252,6 @@ class SegmentWriter:
             self.end_segment(complete_through_step)
         finally:
             self._jobs.shutdown()
-        consolidated.write_rank(self.dir, self.rank, self.run_id)  # one index file a rank, for readers
 
 
 def why(e: BaseException) -> str:

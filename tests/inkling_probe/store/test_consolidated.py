@@ -31,6 +31,7 @@ def _settled(path, run_id):
 def dump(tmp_path):
     path = write(tmp_path / "d", [[("x", torch.full((3,), float(s))), ("y", torch.arange(4) + s)] for s in range(6)])
     d = inkling_probe.open(path)
+    assert os.path.isfile(os.path.join(path, consolidated.file_name(0, d.run_id)))  # the recording wrote it
     _settled(path, d.run_id)
     return path, d.index, d.run_id
 
