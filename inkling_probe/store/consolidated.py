@@ -130,7 +130,7 @@ def cached_segments(folder: str, files: list[str]) -> dict:
     holds as they are now (a regular file of that name, size and modification time); every other
     file is absent (to open). Any trouble with a consolidated index (missing, damaged, a link,
     another layout) leaves it out."""
-    from inkling_probe.store.segments import Segment, _row
+    from inkling_probe.store.segments import Segment
 
     names = [n for n in os.listdir(folder) if NAME_RE.match(n)]
     if not names:
@@ -160,9 +160,24 @@ def cached_segments(folder: str, files: list[str]) -> dict:
             try:
                 seg = Segment(path, int(s["rank"]), int(s["world_size"]), int(s["complete_through_step"]),
                               json.loads(_text(s["run"]) or "{}"), _text(s["run_id"]))
-                out[path] = (seg, [_row(r) for r in rows[bounds[i]: bounds[i + 1]]])
+                out[path] = (seg, _rows(rows[bounds[i]: bounds[i + 1]]))
             except Exception:
                 continue
+    return out
+
+
+_FIELDS = schema.INDEX_FIELDS
+
+
+def _rows(table: np.ndarray) -> list[dict]:
+    """The rows as segments.read_segment gives them (one ``tolist`` instead of a field at a time)."""
+    out = []
+    for values in table[list(_FIELDS)].tolist():
+        r = {k: v.decode() if isinstance(v, bytes) else v for k, v in zip(_FIELDS, values)}
+        r["shape_text"] = r["shape"]
+        r["shape"] = schema.parse_shape(r["shape"])
+        r["meta"] = json.loads(r["meta"]) if r["meta"] else {}
+        out.append(r)
     return out
 
 
