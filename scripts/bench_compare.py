@@ -182,9 +182,17 @@ if mode == "h5py":  # the same datasets' bytes, read whole with h5py alone
                 h.visititems(visit)
     out = {"bytes": n}
 else:
-    from inkling_probe.compare import compare, parallel
+    from inkling_probe.compare import compare, engine, parallel
+    marks = []
+    def timed_mark(*a, _real=engine.relations.mark, **k):  # relations re-reads and explains diverged rows
+        w, c = time.perf_counter(), time.process_time()
+        try:
+            return _real(*a, **k)
+        finally:
+            marks.append((time.perf_counter() - w, time.process_time() - c))
+    engine.relations.mark = timed_mark
     rep = compare(ref, cand, explain=False, jobs=int(mode))
-    out = {"workers": list(parallel.LAST_WORKERS.values()),"rows": len(rep.rows), "diverged": rep.diverged, "doc": hashlib.sha256(json.dumps(rep.to_dict(), sort_keys=True, default=str).encode()).hexdigest()}
+    out = {"workers": list(parallel.LAST_WORKERS.values()), "relations": marks[0] if marks else (0, 0), "rows": len(rep.rows), "diverged": rep.diverged, "doc": hashlib.sha256(json.dumps(rep.to_dict(), sort_keys=True, default=str).encode()).hexdigest()}
 out.update(seconds=time.perf_counter() - t0, peak_rss=rss("VmHWM:"), base_rss=base, cpu_s=time.process_time() - c0
            + sum(w["cpu_s"] for w in out.get("workers", [])))
 print(json.dumps(out))
@@ -255,7 +263,8 @@ def scale(root: str, gb: float, rounds: int = 1, tensor_mib: int = 64) -> None:
               f"({h5['seconds'] / med['seconds']:.2f}x of h5py; per round {ratios[0]:.2f}-{ratios[-1]:.2f}x) | "
               f"{med['cpu_s']:6.1f} CPU s {total / 1e6 / med['cpu_s']:6.0f} MB per CPU s | peak RSS main "
               f"{med['peak_rss'] / MIB:.0f} MiB, per job {per_job / MIB:.0f} MiB over its base "
-              f"({per_job / (tensor_mib * MIB):.1f}x the largest tensor)")
+              f"({per_job / (tensor_mib * MIB):.1f}x the largest tensor); of it relations.mark {med['relations'][0]:.1f} s "
+              f"wall, {med['relations'][1]:.1f} CPU s (re-reads and explains diverged rows, after the walk)")
     print(f"  reports identical across jobs and rounds: {len(docs) == 1}")
     print("  medians over rounds; per round: h5py's time / compare's time in that round; CPU s: the process "
           "and its workers (user + system); per job: the largest peak RSS - RSS after imports")
