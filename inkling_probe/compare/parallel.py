@@ -260,8 +260,11 @@ def read_ahead(plan: list[list[Job]], jobs: int | None = None, min_bytes: int = 
     if jobs <= 1:
         from inkling_probe.compare.prefetch import prefetching
 
+        from inkling_probe.store.reader import Dump
+
         items = [(dumps[label], e) for js in plan for j in js for label, e in zip(j.labels, (j.ref, j.cand))
-                 if j.nbytes >= PREFETCH_MIN_BYTES] if dumps else []
+                 if j.nbytes >= PREFETCH_MIN_BYTES and type(dumps[label]) is Dump] if dumps else []  # our own
+        # dumps only: their reads are made for two threads (store/reader.py); foreign loaders are not
         with prefetching(items) as p:
             yield p
         return
