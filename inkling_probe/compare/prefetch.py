@@ -16,7 +16,7 @@ import contextlib
 import threading
 
 _ACTIVE: "Prefetch | None" = None
-WINDOW = 8  # how far past the last taken item a take may look (a few skipped pairs)
+WINDOW = 64  # how far past the last taken item a take may look (pairs the walker skipped)
 
 
 def ident(dump, e) -> tuple:
@@ -29,6 +29,9 @@ class Prefetch:
     def __init__(self, items: list, limit: int):
         self.items = items
         self.sizes = [_nbytes(e) for _, e in items]
+        self.where: dict[tuple, list[int]] = {}  # ident -> its item indices, rising
+        for i, (dump, e) in enumerate(items):
+            self.where.setdefault(ident(dump, e), []).append(i)
         self.limit = limit
         self.cond = threading.Condition()
         self.ready: dict[int, object] = {}  # item index -> array, or None when reading failed
@@ -61,9 +64,8 @@ class Prefetch:
         """The array of ``(dump, e)`` when it is among the next items (waiting for it), else None."""
         want = ident(dump, e)
         with self.cond:
-            i = next((j for j in range(self.pos, min(self.pos + WINDOW, len(self.items)))
-                      if ident(*self.items[j]) == want), None)
-            if i is None:
+            i = next((j for j in self.where.get(want, ()) if j >= self.pos), None)
+            if i is None or i >= self.pos + WINDOW:
                 return None
             for j in [j for j in self.ready if j < i]:  # skipped: never asked for
                 self._drop(j)
