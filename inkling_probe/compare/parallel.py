@@ -28,6 +28,11 @@ from inkling_probe.compare.align import Entry, Pair
 
 MIN_BYTES = 64 << 20  # below this much data to read, worker start-up costs more than it saves
 PREFETCH_MIN_BYTES = 1 << 20  # with one job, pairs smaller than this are read by the walker (packs)
+# With one job, read the next arrays in a thread (compare/prefetch.py)? Off: measured on the shared
+# 2-core machine at load ~5 with the pair in the page cache, it cost 1.35x the wall and 1.3x the
+# CPU of reading in the walker (the thread's copies compete for the same core and memory bandwidth);
+# it can only pay where a core is idle and reads wait on the disk. Kept for that measurement.
+THREAD_READ_AHEAD = False
 _ACTIVE: "ReadAhead | None" = None  # the read-ahead of the compare running in this process
 LAST_WORKERS: dict = {}  # pid -> {"cpu_s", "peak_rss"} of the last read-ahead's workers (benchmarks)
 
@@ -258,6 +263,9 @@ def read_ahead(plan: list[list[Job]], jobs: int | None = None, min_bytes: int = 
         yield None
         return
     if jobs <= 1:
+        if not THREAD_READ_AHEAD:
+            yield None
+            return
         from inkling_probe.compare.prefetch import prefetching
 
         from inkling_probe.store.reader import Dump

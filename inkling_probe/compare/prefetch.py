@@ -1,5 +1,6 @@
 """Read-ahead in a thread for compare with one job: the next pairs' arrays are read while the
-current pair is measured, so reading and computing overlap even on one core's worth of work.
+current pair is measured, so reading and computing overlap. Off by default
+(``parallel.THREAD_READ_AHEAD``, where the measurement is): it pays only where a core is idle.
 
 The store reads plain contiguous datasets with ``preadv`` outside the GIL (store/raw.py) and numpy
 releases it in its loops, so the two threads run at once. Only reading moves to the thread: what is

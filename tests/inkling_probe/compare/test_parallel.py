@@ -127,6 +127,7 @@ def test_one_job_reads_ahead_in_a_thread_and_reports_the_same(trio, monkeypatch)
         plain = compare(ref, cand, jobs=1, decisions=["*.topk_idx"], **kw)
         monkeypatch.setattr(parallel, "MIN_BYTES", 0)
         monkeypatch.setattr(parallel, "PREFETCH_MIN_BYTES", 0)
+        monkeypatch.setattr(parallel, "THREAD_READ_AHEAD", True)
         got = []
         real = prefetch.Prefetch.take
 
