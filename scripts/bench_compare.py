@@ -182,9 +182,17 @@ if mode == "h5py":  # the same datasets' bytes, read whole with h5py alone
                 h.visititems(visit)
     out = {"bytes": n}
 else:
-    from inkling_probe.compare import compare, parallel
+    from inkling_probe.compare import compare, engine, parallel
+    marks = []
+    def timed_mark(*a, _real=engine.relations.mark, **k):  # relations re-reads and explains diverged rows
+        w, c = time.perf_counter(), time.process_time()
+        try:
+            return _real(*a, **k)
+        finally:
+            marks.append((time.perf_counter() - w, time.process_time() - c))
+    engine.relations.mark = timed_mark
     rep = compare(ref, cand, explain=False, jobs=int(mode))
-    out = {"workers": list(parallel.LAST_WORKERS.values()),"rows": len(rep.rows), "diverged": rep.diverged, "doc": hashlib.sha256(json.dumps(rep.to_dict(), sort_keys=True, default=str).encode()).hexdigest()}
+    out = {"workers": list(parallel.LAST_WORKERS.values()), "relations": marks[0] if marks else (0, 0), "rows": len(rep.rows), "diverged": rep.diverged, "doc": hashlib.sha256(json.dumps(rep.to_dict(), sort_keys=True, default=str).encode()).hexdigest()}
 out.update(seconds=time.perf_counter() - t0, peak_rss=rss("VmHWM:"), base_rss=base, cpu_s=time.process_time() - c0
            + sum(w["cpu_s"] for w in out.get("workers", [])))
 print(json.dumps(out))
@@ -225,30 +233,45 @@ def scale(root: str, gb: float, rounds: int = 1, tensor_mib: int = 64) -> None:
     from inkling_probe.compare.parallel import default_jobs
 
     t0 = time.perf_counter()
-    ref, cand = _write_scale_pair(root, gb, tensor_mib)
+    ref, cand = (os.path.join(root, "L-ref"), os.path.join(root, "L-cand"))
+    marker = os.path.join(root, f"L-{gb}-{tensor_mib}.done")
+    if not os.path.exists(marker):  # --keep DIR: a pair written there before is reused
+        for p in (ref, cand):
+            shutil.rmtree(p, ignore_errors=True)
+        ref, cand = _write_scale_pair(root, gb, tensor_mib)
+        open(marker, "w").close()
     total = _dump_bytes(ref) + _dump_bytes(cand)
     cores = default_jobs()
-    print(f"pair: {total / 1e9:.2f} GB on disk ({tensor_mib} MiB fp32 tensors, 1e-3 noise), written in "
-          f"{time.perf_counter() - t0:.0f} s; {cores} cores; {rounds} round(s), order h5py, jobs 1, jobs {cores}")
     modes = ["h5py", "1"] + ([str(cores)] if cores > 1 else [])
+    print(f"pair: {total / 1e9:.2f} GB on disk ({tensor_mib} MiB fp32 tensors, 1e-3 noise), ready in "
+          f"{time.perf_counter() - t0:.0f} s; {cores} cores; {rounds} round(s) of {', '.join(modes)} (interleaved)")
     runs = {m: [] for m in modes}
-    for _ in range(rounds):
+    for i in range(rounds):
         for m in modes:
             runs[m].append(_scale_run(m, ref, cand))
-    h5 = min(runs["h5py"], key=lambda r: r["seconds"])
+        print(f"  round {i + 1}: " + "; ".join(f"{m} {runs[m][-1]['seconds']:.1f} s" for m in modes), flush=True)
     docs = {r["doc"] for m in modes[1:] for r in runs[m]}
+    h5 = _median(runs["h5py"])
     print(f"  h5py alone          {h5['seconds']:7.1f} s wall {total / 1e6 / h5['seconds']:6.0f} MB/s | "
           f"{h5['cpu_s']:6.1f} CPU s {total / 1e6 / h5['cpu_s']:6.0f} MB per CPU s")
     for m in modes[1:]:
-        best = min(runs[m], key=lambda r: r["seconds"])
-        per_job = max((w["peak_rss"] - w["base_rss"] for w in best["workers"]),
-                      default=best["peak_rss"] - best["base_rss"])
-        print(f"  compare --jobs {m:<4} {best['seconds']:7.1f} s wall {total / 1e6 / best['seconds']:6.0f} MB/s "
-              f"({best['seconds'] and h5['seconds'] / best['seconds']:.2f}x of h5py) | {best['cpu_s']:6.1f} CPU s "
-              f"{total / 1e6 / best['cpu_s']:6.0f} MB per CPU s | peak RSS main {best['peak_rss'] / MIB:.0f} MiB, "
-              f"per job {per_job / MIB:.0f} MiB over its base ({per_job / (tensor_mib * MIB):.1f}x the largest tensor)")
+        med = _median(runs[m])
+        ratios = sorted(h['seconds'] / r['seconds'] for h, r in zip(runs["h5py"], runs[m]))
+        per_job = max(max((w["peak_rss"] - w["base_rss"] for w in r["workers"]), default=r["peak_rss"] - r["base_rss"])
+                      for r in runs[m])
+        print(f"  compare --jobs {m:<4} {med['seconds']:7.1f} s wall {total / 1e6 / med['seconds']:6.0f} MB/s "
+              f"({h5['seconds'] / med['seconds']:.2f}x of h5py; per round {ratios[0]:.2f}-{ratios[-1]:.2f}x) | "
+              f"{med['cpu_s']:6.1f} CPU s {total / 1e6 / med['cpu_s']:6.0f} MB per CPU s | peak RSS main "
+              f"{med['peak_rss'] / MIB:.0f} MiB, per job {per_job / MIB:.0f} MiB over its base "
+              f"({per_job / (tensor_mib * MIB):.1f}x the largest tensor); of it relations.mark {med['relations'][0]:.1f} s "
+              f"wall, {med['relations'][1]:.1f} CPU s (re-reads and explains diverged rows, after the walk)")
     print(f"  reports identical across jobs and rounds: {len(docs) == 1}")
-    print("  CPU s: the process and its workers (user + system); per job: peak RSS - RSS after imports")
+    print("  medians over rounds; per round: h5py's time / compare's time in that round; CPU s: the process "
+          "and its workers (user + system); per job: the largest peak RSS - RSS after imports")
+
+
+def _median(runs: list[dict]) -> dict:
+    return sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
 
 
 def _dump_bytes(path: str) -> int:
@@ -258,11 +281,11 @@ def _dump_bytes(path: str) -> int:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gib", type=float, default=2.0, help="size of each dump of A and C (GiB)")
-    ap.add_argument("--keep", default=None, help="write the dumps here and keep them")
+    ap.add_argument("--keep", default=None, help="write the dumps here and keep them (--scale: reuse them)")
     ap.add_argument("--explain-bound", action="store_true", help="only: explain on vs off on a 128 MiB culprit")
     ap.add_argument("--startup", action="store_true", help="only: compare's start-up vs import h5py, numpy")
     ap.add_argument("--scale", action="store_true", help="only: --jobs 1 / all cores vs h5py on a pair of --gib GB")
-    ap.add_argument("--rounds", type=int, default=1, help="--scale: rounds of the three runs (best of)")
+    ap.add_argument("--rounds", type=int, default=3, help="--scale: rounds of the three runs (interleaved; medians)")
     ap.add_argument("--tensor-mib", type=int, default=64, help="--scale: size of each tensor")
     args = ap.parse_args(argv)
     root = args.keep or tempfile.mkdtemp(prefix="bench-compare-")

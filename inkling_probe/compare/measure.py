@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from inkling_probe.compare import parallel
+from inkling_probe.compare import parallel, prefetch
 from inkling_probe.compare.align import Entry
 from inkling_probe.compare.conform import ShapeMismatch, conform, token_dim_of
-from inkling_probe.compare.metrics import Metrics, compare_tensors
-from inkling_probe.compare.values import Values, as_float64
+from inkling_probe.compare.metrics import Metrics, compare_tensors, compare_with_rows
+from inkling_probe.compare.values import CHUNK, Values, as_float64
 from inkling_probe.errors import ProbeError, ValuesNotStored
 
 
@@ -58,8 +58,10 @@ HASH_LIED = ("the index hashes say bit-identical but the stored data differ: a d
 
 
 def load(dump, e: Entry) -> Values:
-    """The entry's values (numpy, stored type) with its original dtype name."""
-    return Values(dump.array(e.key, step=e.step, call=e.call), e.dtype)
+    """The entry's values (numpy, stored type) with its original dtype name (read ahead by
+    compare/prefetch.py when it is the next array planned)."""
+    array = prefetch.take(dump, e)
+    return Values(dump.array(e.key, step=e.step, call=e.call) if array is None else array, e.dtype)
 
 
 def token_rows(e: Entry) -> int | None:
@@ -112,10 +114,14 @@ def measure(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: flo
             arr[tuple(idx)] = r.array[tuple(idx)]
             c, out.masked = Values(arr, c.dtype), rows
     atol = rtol * float(ref.first.get("rms") or 0.0)
-    out.metrics = judged_metrics(r, c, td, out.masked, atol, rtol)
+    sums = None
+    if out.masked:
+        out.metrics = judged_metrics(r, c, td, out.masked, atol, rtol)
+    else:  # the per-row sums from the metrics' own pass where the token rows are contiguous
+        out.metrics, sums = compare_with_rows(r, c, atol, rtol, td if not r.packed and r.array.ndim else None)
     out.error = out.metrics.error(metric)
     if td is not None and not r.packed and r.array.ndim > 0 and out.metrics.nonfinite_mismatch == 0:
-        out.row_errors, out.row_scale = row_errors_and_scale(r, c, td)
+        out.row_errors, out.row_scale = row_errors_and_scale(r, c, td) if sums is None else errors_from_sums(*sums)
     if keep:
         out.ref, out.cand = r, c
     return out
@@ -157,8 +163,8 @@ def row_errors_and_scale(ref, cand, d: int) -> tuple[np.ndarray, np.ndarray]:
     r_all, c_all = ref.array if isinstance(ref, Values) else ref, cand.array if isinstance(cand, Values) else cand
     n = r_all.shape[d]
     r_m, c_m = np.moveaxis(r_all, d, 0).reshape(n, -1), np.moveaxis(c_all, d, 0).reshape(n, -1)
-    per, own, total = np.zeros(n), np.zeros(n), 0.0
-    block = max(1, (1 << 19) // max(r_m.shape[1], 1))
+    per, own = np.zeros(n), np.zeros(n)
+    block = max(1, CHUNK // max(r_m.shape[1], 1))  # the rows metrics.compare_with_rows sums at once
     for lo in range(0, n, block):
         r = r_m[lo: lo + block].astype(np.float64)
         c = c_m[lo: lo + block].astype(np.float64)
@@ -167,6 +173,12 @@ def row_errors_and_scale(ref, cand, d: int) -> tuple[np.ndarray, np.ndarray]:
         r0 = np.where(both, r, 0.0)
         per[lo: lo + block] = np.einsum("ij,ij->i", diff, diff)
         own[lo: lo + block] = np.einsum("ij,ij->i", r0, r0)
+    return errors_from_sums(per, own)
+
+
+def errors_from_sums(per: np.ndarray, own: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(e_i, rho_i) from each row's sum of squared differences and of squared reference values."""
+    n = len(per)
     total = float(own.sum())
     if total == 0:
         return np.where(per > 0, np.inf, 0.0), np.zeros(n)

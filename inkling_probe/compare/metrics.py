@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from inkling_probe.compare.values import chunks, flat, from_any, unravel, value_shape
+from inkling_probe.compare.values import CHUNK, chunks, flat, from_any, unravel, value_shape
 
 METRICS = ("rel_rms", "cosine", "max_abs", "max_rel", "outside", "mismatch")
 
@@ -92,9 +92,10 @@ class Metrics:
 
 
 class _Acc:
-    """Running float64 sums over chunks."""
+    """Running float64 sums over chunks; with ``width`` (values a token row holds, the chunks then
+    whole rows), each row's sums of squared differences and of squared reference values too."""
 
-    def __init__(self):
+    def __init__(self, width: int | None = None):
         self.rr = self.cc = self.dd = self.rc = 0.0
         self.max_abs, self.max_at = -1.0, None
         self.ref_absmax = 0.0
@@ -103,37 +104,46 @@ class _Acc:
         self.first = {"ref": None, "cand": None}
         self.nonfinite_mismatch = 0
         self.first_odd = None  # flat index of the first position where the sides disagree about NaN/Inf
+        self.width = width
+        self.per, self.own = [], []  # per chunk: [rows] sums of d^2 and of r^2 (finite positions)
 
     def add(self, start: int, r: np.ndarray, c: np.ndarray, atol: float, rtol: float) -> None:
         with np.errstate(invalid="ignore", over="ignore"):
-            finite = np.isfinite(r.sum()) and np.isfinite(c.sum())
-        if finite:
-            self._add_finite(start, r, c, atol, rtol)
+            rr, cc = float(r @ r), float(c @ c)
+        if math.isfinite(rr) and math.isfinite(cc):  # no NaN/Inf on either side (an overflow of the
+            self._add_finite(start, r, c, atol, rtol, rr, cc)  # squares goes the general way: same sums)
         else:
             self._add_general(start, r, c, atol, rtol)
 
-    def _add_finite(self, start, r, c, atol, rtol) -> None:
+    def _add_finite(self, start, r, c, atol, rtol, rr, cc) -> None:
         """The common case in few passes: no masks needed."""
         d = c - r
-        self.rr += float(r @ r)
-        self.cc += float(c @ c)
+        self.rr += rr
+        self.cc += cc
         self.rc += float(r @ c)
         self.dd += float(d @ d)
+        self._rows(d, r)
         ad = np.abs(d, out=d)
-        self._max(start, ad, r)
-        self.unequal += int(np.count_nonzero(ad))
         tol = np.abs(r)
+        self._max(start, ad, tol)
+        self.unequal += int(np.count_nonzero(ad))
         tol *= rtol
         tol += atol
         self.outside += int(np.count_nonzero(ad > tol))
 
-    def _max(self, start, ad, r) -> None:
+    def _rows(self, d: np.ndarray, r0: np.ndarray) -> None:
+        if self.width:
+            d2, r2 = d.reshape(-1, self.width), r0.reshape(-1, self.width)  # [rows, width]
+            self.per.append(np.einsum("ij,ij->i", d2, d2))
+            self.own.append(np.einsum("ij,ij->i", r2, r2))
+
+    def _max(self, start, ad, abs_r) -> None:
         if not ad.size:
             return
         i = int(ad.argmax())
         if float(ad[i]) > self.max_abs:
             self.max_abs, self.max_at = float(ad[i]), start + i
-        self.ref_absmax = max(self.ref_absmax, float(np.abs(r).max()))
+        self.ref_absmax = max(self.ref_absmax, float(abs_r.max()))
 
     def _add_general(self, start, r, c, atol, rtol) -> None:
         rf, cf = np.isfinite(r), np.isfinite(c)
@@ -156,8 +166,9 @@ class _Acc:
         self.cc += float(c0 @ c0)
         self.dd += float(d @ d)
         self.rc += float(r0 @ c0)
+        self._rows(d, r0)
         ad = np.abs(d)
-        self._max(start, ad, r0)
+        self._max(start, ad, np.abs(r0))
         self.outside += int(np.count_nonzero(ad > atol + rtol * np.abs(r0))) + odd
         self.unequal += int(np.count_nonzero(both & (c != r))) + odd
 
@@ -165,15 +176,40 @@ class _Acc:
 def compare_tensors(ref, cand, atol: float = 0.0, rtol: float = 0.0) -> Metrics:
     """Metrics of ``cand`` against ``ref`` (numpy arrays, :class:`Values` or torch tensors with the
     same number of values; any dtypes; float64 sums)."""
+    return compare_with_rows(ref, cand, atol, rtol)[0]
+
+
+MAX_ROW_CHUNK = 8 * CHUNK  # rows wider than this are not summed in the metrics' pass (its chunks are rows)
+
+
+def compare_with_rows(ref, cand, atol: float = 0.0, rtol: float = 0.0, token_dim: int | None = None):
+    """(:class:`Metrics`, row sums) in one pass over the values: with a ``token_dim`` whose leading
+    dims hold one row each (so token rows are contiguous), the chunks are whole rows (as many as fit
+    in :data:`CHUNK` values) and ``row sums`` is ``(per, own)``: each row's sum of squared differences
+    and of squared reference values over the positions finite on both sides, float64 ``[rows]``;
+    else None."""
     rv, cv = from_any(ref), from_any(cand)
     shape = value_shape(rv)
     r, c = flat(rv), flat(cv)
     if r.size != c.size:
         raise ValueError(f"shapes differ: reference {list(shape)} vs candidate {list(value_shape(cv))}")
-    acc = _Acc()
-    for start, rc, cc in chunks(r, c):
+    width = _row_width(shape, token_dim) if not rv.packed and not cv.packed else None
+    acc = _Acc(width)
+    size = CHUNK if width is None else max(1, CHUNK // width) * width
+    for start, rc, cc in chunks(r, c, size):
         acc.add(start, rc, cc, atol, rtol)
-    return _finish(acc, r.size, shape, atol, rtol)
+    sums = None
+    if width:
+        sums = (np.concatenate(acc.per), np.concatenate(acc.own)) if acc.per else (np.zeros(0), np.zeros(0))
+    return _finish(acc, r.size, shape, atol, rtol), sums
+
+
+def _row_width(shape, d: int | None) -> int | None:
+    """Values a token row holds when rows along ``d`` are contiguous blocks of the flat values."""
+    if d is None or not shape or math.prod(shape[:d]) != 1:
+        return None
+    width = math.prod(shape[d + 1:])
+    return width if 0 < width <= MAX_ROW_CHUNK and shape[d] > 0 else None
 
 
 def _finish(acc: _Acc, n: int, shape, atol: float, rtol: float) -> Metrics:

@@ -27,6 +27,12 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from inkling_probe.compare.align import Entry, Pair
 
 MIN_BYTES = 64 << 20  # below this much data to read, worker start-up costs more than it saves
+PREFETCH_MIN_BYTES = 1 << 20  # with one job, pairs smaller than this are read by the walker (packs)
+# With one job, read the next arrays in a thread (compare/prefetch.py)? Off: measured on the shared
+# 2-core machine at load ~5 with the pair in the page cache, it cost 1.35x the wall and 1.3x the
+# CPU of reading in the walker (the thread's copies compete for the same core and memory bandwidth);
+# it can only pay where a core is idle and reads wait on the disk. Kept for that measurement.
+THREAD_READ_AHEAD = False
 _ACTIVE: "ReadAhead | None" = None  # the read-ahead of the compare running in this process
 LAST_WORKERS: dict = {}  # pid -> {"cpu_s", "peak_rss"} of the last read-ahead's workers (benchmarks)
 
@@ -102,10 +108,12 @@ def key_of(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: floa
 class Job:
     """One measurement to run ahead: ``measure(ref, cand, metric, rtol, batch_rows=...)``."""
 
-    __slots__ = ("ref_path", "ref", "cand_path", "cand", "metric", "rtol", "batch_rows", "key", "nbytes")
+    __slots__ = ("ref_path", "ref", "cand_path", "cand", "metric", "rtol", "batch_rows", "key", "nbytes", "labels")
 
-    def __init__(self, ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: float, batch_rows):
+    def __init__(self, ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: float, batch_rows,
+                 labels=("reference", "candidate")):
         self.ref_path, self.ref, self.cand_path, self.cand = ref_dump.path, ref, cand_dump.path, cand
+        self.labels = labels  # which of compare's dumps each side is (compare/prefetch.py)
         self.metric, self.rtol, self.batch_rows = metric, float(rtol), tuple(batch_rows)
         self.key = key_of(ref_dump, ref, cand_dump, cand, metric, rtol, batch_rows)
         self.nbytes = sum(int(r.get("numel") or 0) * 4 for r in ref.rows + cand.rows)  # about
@@ -237,20 +245,36 @@ def plan_of(dumps: dict, pairs: list[Pair], rtol_of, metric: str, batch_rows, co
             js.append(Job(dumps["reference"], p.ref, dumps["candidate"], p.cand, metric, rtol, batch_rows))
         ctl = control_entry(p)
         if ctl is not None and not (same_bits(p.ref, ctl) and batch_rows[0] is None):
-            js.append(Job(dumps["reference"], p.ref, dumps["control"], ctl, metric, rtol, (batch_rows[0], None)))
+            js.append(Job(dumps["reference"], p.ref, dumps["control"], ctl, metric, rtol, (batch_rows[0], None),
+                          ("reference", "control")))
         plan.append(js)
     return plan
 
 
 @contextlib.contextmanager
-def read_ahead(plan: list[list[Job]], jobs: int | None = None, min_bytes: int = MIN_BYTES):
+def read_ahead(plan: list[list[Job]], jobs: int | None = None, min_bytes: int = MIN_BYTES, dumps=None):
     """Measure ``plan`` ahead in ``jobs`` worker processes (default: the cores) while the body runs;
-    nothing runs ahead with one job or less than ``min_bytes`` to read."""
+    with one job, read its arrays ahead in a thread instead (compare/prefetch.py; ``dumps``: compare's
+    dumps by label); nothing runs ahead with less than ``min_bytes`` to read."""
     global _ACTIVE
     jobs = default_jobs() if jobs is None else jobs
     total = sum(j.nbytes for js in plan for j in js)
-    if jobs <= 1 or total < min_bytes or _ACTIVE is not None:
+    if total < min_bytes or _ACTIVE is not None:
         yield None
+        return
+    if jobs <= 1:
+        if not THREAD_READ_AHEAD:
+            yield None
+            return
+        from inkling_probe.compare.prefetch import prefetching
+
+        from inkling_probe.store.reader import Dump
+
+        items = [(dumps[label], e) for js in plan for j in js for label, e in zip(j.labels, (j.ref, j.cand))
+                 if j.nbytes >= PREFETCH_MIN_BYTES and type(dumps[label]) is Dump] if dumps else []  # our own
+        # dumps only: their reads are made for two threads (store/reader.py); foreign loaders are not
+        with prefetching(items) as p:
+            yield p
         return
     ahead = ReadAhead(plan, jobs)
     _ACTIVE = ahead
@@ -278,5 +302,5 @@ def walk_ahead(dumps: dict, ents: dict, pairs: list[Pair], metric: str, batch_ro
     control = ents.get("control") or {}
     plan = plan_of(dumps, pairs, lambda p: rtols[id(p)], metric, batch_rows,
                    lambda p: control.get((p.key, p.step, p.call)) if dumps.get("control") is not None else None)
-    stack.enter_context(read_ahead(plan, jobs, MIN_BYTES if min_bytes is None else min_bytes))
+    stack.enter_context(read_ahead(plan, jobs, MIN_BYTES if min_bytes is None else min_bytes, dumps))
     return stack

@@ -15,7 +15,7 @@ import torch
 
 from inkling_probe.errors import DumpError, NothingRecorded, ProbeError, SettingsError
 from inkling_probe.settings import MAX_RANK, Settings, rank_from_env
-from inkling_probe.store import schema
+from inkling_probe.store import consolidated, schema
 from inkling_probe.store.dtypes import bf16_bits, dtype_name, encode
 
 
@@ -167,6 +167,7 @@ class Recorder:
                 if writer is not None and self._failed is None:
                     done = self.step_id - 1 if interrupted else self.step_id
                     self._guarded("closing the dump", lambda: writer.close(complete_through_step=done))
+                    consolidated.write_rank(self.settings.path, self.rank)  # one index file a rank, for readers
             finally:
                 if self._lock is not None:
                     self._lock.release()

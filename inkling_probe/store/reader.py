@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict, defaultdict
 
 import h5py
 import numpy as np
 
 from inkling_probe.errors import DumpError, KeyNotFound, RanksMissing, ValuesNotStored
-from inkling_probe.store import dp
+from inkling_probe.store import consolidated, dp, raw
 from inkling_probe.store.segments import (Segment, first_line, one_run, open_segment, read_segment,
                                            read_values, safe_dataset, segment_files)
 
@@ -45,10 +46,11 @@ class Dump:
     def __init__(self, path, dp_raw: bool = False):
         self.path = os.fspath(path)
         files, self.unfinished = segment_files(self.path)
+        cached = consolidated.cached_segments(self.path, files) if os.path.isdir(self.path) else {}
         self.segments: list[Segment] = []
         rows = []
         for f in files:
-            seg, seg_rows = read_segment(f)
+            seg, seg_rows = cached.get(f) or read_segment(f)
             self.segments.append(seg)
             rows.extend({**r, "_segment": len(self.segments) - 1} for r in seg_rows)
         world = one_run(self.path, self.segments)
@@ -60,6 +62,7 @@ class Dump:
         self._set_rows(rows)
         self._files: OrderedDict[int, h5py.File] = OrderedDict()
         self._packs: dict[tuple, np.ndarray] = {}
+        self._lock = threading.RLock()  # open files and packs: a read-ahead thread reads too
 
     def _set_rows(self, rows: list[dict]) -> None:
         """The index rows in execution order, indexed by key and by (key, step, call): no scan a read."""
@@ -179,23 +182,37 @@ class Dump:
         return np.asarray(array)
 
     def _read(self, segment: int, path: str) -> np.ndarray:
-        """One dataset's values; a missing, linked or externally stored dataset is a DumpError."""
-        f = self._file(segment)
+        """One dataset's values; a missing, linked or externally stored dataset is a DumpError.
+
+        A plain contiguous dataset is read by ``preadv`` at its offset in the file (store/raw.py),
+        outside the lock and without the GIL, so a read-ahead thread reads while numpy computes;
+        any other layout through h5py, under the lock (h5py holds the GIL while it reads)."""
+        with self._lock:
+            f = self._file(segment)
+            try:
+                ds = safe_dataset(f, path)
+                plan = raw.plan(ds)
+                if plan is None:
+                    return read_values(ds)
+                fd = os.dup(f.id.get_vfd_handle())  # the file h5py opened; ours to close
+            except DumpError:
+                raise
+            except Exception as e:  # h5py raises OSError, KeyError, ValueError... for damaged files
+                raise DumpError(f"{f.filename}: can't read {path!r} ({first_line(e)})") from None
         try:
-            return read_values(safe_dataset(f, path))
-        except DumpError:
-            raise
-        except Exception as e:  # h5py raises OSError, KeyError, ValueError... for damaged files
-            raise DumpError(f"{f.filename}: can't read {path!r} ({first_line(e)})") from None
+            return raw.read(fd, plan, f"{self.segments[segment].path}: {path!r}")
+        finally:
+            os.close(fd)
 
     def _pack(self, segment: int, path: str) -> np.ndarray:
         """A whole pack array, cached (packs hold small tensors only, so each is small)."""
         cache_key = (segment, path)
-        if cache_key not in self._packs:
-            if len(self._packs) >= 64:
-                self._packs.pop(next(iter(self._packs)))
-            self._packs[cache_key] = self._read(segment, path).reshape(-1)
-        return self._packs[cache_key]
+        with self._lock:
+            if cache_key not in self._packs:
+                if len(self._packs) >= 64:
+                    self._packs.pop(next(iter(self._packs)))
+                self._packs[cache_key] = self._read(segment, path).reshape(-1)
+            return self._packs[cache_key]
 
     def _file(self, segment: int) -> h5py.File:
         """The segment's open file; at most MAX_OPEN_FILES stay open (least recently used closed)."""
@@ -208,10 +225,11 @@ class Dump:
         return self._files[segment]
 
     def close(self) -> None:
-        for f in self._files.values():
-            f.close()
-        self._files.clear()
-        self._packs.clear()
+        with self._lock:
+            for f in self._files.values():
+                f.close()
+            self._files.clear()
+            self._packs.clear()
 
     def __enter__(self):
         return self

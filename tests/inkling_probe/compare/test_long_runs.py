@@ -41,3 +41,37 @@ def test_recorded_inputs_index_matches_the_prefix_rule():
     keys = ["a", "a.in.0", "a.in.b", "a.in.b.in.0", "a.inx.0", "b.in.a.in.0", "a.b", "a.b.in.1", "ain.0"]
     for parent, key in itertools.product(keys, keys):
         assert (parent in divergence._parents(key)) == key.startswith(parent + ".in."), (parent, key)
+
+
+def test_cache_feeders_by_bisection_match_the_scan():
+    """steps.link_cache finds the first and the last earlier step by bisection when steps rise (it
+    scanned every earlier step a row: quadratic over a long run); any order gives the scan's answer."""
+    import random
+
+    from inkling_probe.compare import steps
+
+    class R:
+        def __init__(self, i, step, layer):
+            self.key, self.step, self.call, self.layer, self.cache_feeders = f"k{i}", step, 0, layer, []
+
+    def scan(rows):  # the definition: the first and the last step seen before, among those below
+        order, by = [], {}
+        for r in rows:
+            if r.layer is None:
+                continue
+            if r.step not in order:
+                order.append(r.step)
+            earlier = [s for s in order if s < r.step]
+            if earlier:
+                r.cache_feeders = [x for s in sorted({earlier[0], earlier[-1]}) for x in by.get(s, {}).get(r.layer, [])]
+            by.setdefault(r.step, {}).setdefault(r.layer, []).append((r.key, r.step, r.call))
+
+    rnd = random.Random(0)
+    for trial in range(200):
+        spec = [(rnd.randint(0, 8), rnd.choice([None, 0, 1])) for _ in range(rnd.randint(1, 40))]
+        if trial % 2:
+            spec.sort(key=lambda x: x[0])
+        a, b = [R(i, s, l) for i, (s, l) in enumerate(spec)], [R(i, s, l) for i, (s, l) in enumerate(spec)]
+        scan(a)
+        steps.link_cache(b)
+        assert [x.cache_feeders for x in a] == [x.cache_feeders for x in b]

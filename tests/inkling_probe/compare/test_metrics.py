@@ -157,3 +157,32 @@ def test_error_metrics():
     assert m.error("outside") == 0.5
     with pytest.raises(ValueError, match="unknown metric"):
         m.error("nope")
+
+
+@pytest.mark.parametrize("shape, td", [((2048, 512), 0), ((1, 300, 6144), 1), ((900, 333), 0), ((3, 200000), 0)])
+def test_one_pass_rows_equal_the_row_pass(shape, td):
+    """compare_with_rows: the per-row sums of the metrics' own pass give the row errors the separate
+    row pass gives, bit for bit (NaN and Inf where both sides hold them included); the metrics are
+    compare_tensors' (bit for bit where the row width divides the chunk, within a few ulps else)."""
+    import numpy as np
+
+    from inkling_probe.compare.measure import errors_from_sums, row_errors_and_scale
+    from inkling_probe.compare.metrics import CHUNK, compare_with_rows
+    from inkling_probe.compare.values import Values
+
+    rng = np.random.default_rng(0)
+    r = rng.standard_normal(shape).astype(np.float32)
+    c = (r + 1e-3 * rng.standard_normal(shape)).astype(np.float32)
+    r.reshape(-1)[7] = c.reshape(-1)[7] = np.nan
+    r.reshape(-1)[-3] = c.reshape(-1)[-3] = np.inf
+    m, sums = compare_with_rows(r, c, 1e-4, 1e-3, td)
+    assert sums is not None
+    for a, b in zip(errors_from_sums(*sums), row_errors_and_scale(Values(r, "float32"), Values(c, "float32"), td)):
+        assert np.array_equal(a, b)
+    plain = compare_tensors(r, c, atol=1e-4, rtol=1e-3).to_dict()
+    width = int(np.prod(shape[td + 1:]))
+    for k, v in m.to_dict().items():
+        if isinstance(v, float) and not (CHUNK % width == 0):
+            assert v == pytest.approx(plain[k], rel=1e-14, nan_ok=True), k
+        else:
+            assert v == plain[k] or (v != v and plain[k] != plain[k]), k

@@ -115,3 +115,46 @@ def test_blas_runs_on_one_thread_during_the_walk_and_is_restored():
     with parallel.one_blas_thread():
         assert [int(g()) for g in getters] == [1] * len(getters)
     assert [int(g()) for g in getters] == before
+
+
+def test_one_job_reads_ahead_in_a_thread_and_reports_the_same(trio, monkeypatch):
+    """compare/prefetch.py: with one job the next arrays are read in a thread; same report."""
+    from inkling_probe.compare import prefetch
+
+    ref, cand, ctl = trio
+    for kw in ({}, {"control": ctl}):
+        monkeypatch.setattr(parallel, "MIN_BYTES", 1 << 60)  # nothing read ahead
+        plain = compare(ref, cand, jobs=1, decisions=["*.topk_idx"], **kw)
+        monkeypatch.setattr(parallel, "MIN_BYTES", 0)
+        monkeypatch.setattr(parallel, "PREFETCH_MIN_BYTES", 0)
+        monkeypatch.setattr(parallel, "THREAD_READ_AHEAD", True)
+        got = []
+        real = prefetch.Prefetch.take
+
+        def counting(self, dump, e):
+            array = real(self, dump, e)
+            got.append(array is not None)
+            return array
+
+        monkeypatch.setattr(prefetch.Prefetch, "take", counting)
+        ahead = compare(ref, cand, jobs=1, decisions=["*.topk_idx"], **kw)
+        value_rows = [r for r in ahead.rows if not r.decision and r.status != "exact"]
+        assert sum(got) >= 2 * len(value_rows) - 2, (got, len(value_rows))  # the thread read them
+        assert _doc(plain) == _doc(ahead) and prefetch._ACTIVE is None
+        monkeypatch.undo()
+
+
+def test_prefetch_skips_what_the_walker_never_asks_for(trio):
+    """Items walked past are dropped (their memory too); an item out of order is not taken."""
+    from inkling_probe import open as open_dump
+    from inkling_probe.compare import prefetch
+    from inkling_probe.compare.align import entries
+
+    ref, _, _ = trio
+    d = open_dump(ref)
+    ents = list(entries(d, None, "reference").values())
+    with prefetch.prefetching([(d, e) for e in ents]) as p:
+        assert prefetch.take(d, ents[3]) is not None  # 0..2 skipped
+        assert prefetch.take(d, ents[1]) is None  # behind: the walker reads it itself
+        assert prefetch.take(d, ents[4]) is not None and all(j > 4 for j in p.ready)
+    assert prefetch._ACTIVE is None and not p.thread.is_alive()
