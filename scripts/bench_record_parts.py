@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from bench_record import cuda_small_model  # this folder, on sys.path when run as a script
+from bench_record import cuda_small_model, d2h_rate, disk_rate, stored_mb  # this folder, on sys.path
 
 import inkling_probe  # bench_record put the checkout on sys.path
 from inkling_probe import sink
@@ -117,13 +117,18 @@ def main() -> None:
     for ctx, rec in contexts:
         sink._RECORDER = rec
         ctx.__exit__(None, None, None)
+    mb = stored_mb(inkling_probe.open(os.path.join(root, str(len(contexts) - 1))), step=1)
+    disk, d2h = disk_rate(), d2h_rate()
     base = statistics.median(times["plain"])
     print(f"GPU {torch.cuda.get_device_name()}, {FORWARDS} forwards a run, {ROUNDS} rounds interleaved; "
           f"median ms/forward, ratio to plain [quartiles]")
     for n in names:
         ratios = statistics.quantiles([a / b for a, b in zip(times[n], times["plain"])], n=4)
         print(f"  {n:36s} {statistics.median(times[n]) * 1e3:6.1f}  {statistics.median(times[n]) / base:.2f}x "
-              f"[{ratios[0]:.2f}-{ratios[2]:.2f}]")
+              f"[{ratios[0]:.2f}-{ratios[2]:.2f}]  +{(statistics.median(times[n]) - base) / (mb / disk):.2f} "
+              "of the write's time")
+    print(f"limit: {mb:.0f} MB a forward; device-to-host at pinned bandwidth ({d2h / 1e3:.1f} GB/s) "
+          f"{mb / d2h * 1e3:.1f} ms, the disk's sustained write ({disk:.0f} MB/s) {mb / disk * 1e3:.1f} ms")
 
 
 if __name__ == "__main__":
