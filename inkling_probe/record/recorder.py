@@ -327,17 +327,46 @@ class Recorder:
             t = t.cpu()  # other devices: a synchronous copy
         row = {
             "key": name, "step": self.step_id, "seq": seq, "call": call, "rank": self.rank,
-            "shape": schema.shape_text(t.shape), "dtype": dtype_name(t.dtype), "storage": "",
+            "shape": _shape_text(t.shape), "dtype": dtype_name(t.dtype), "storage": "",
             "shard": shard, "dim": dim % tensor.dim() if shard == "concat" else schema.NO_DIM,
             "token_dim": schema.NO_DIM if token_dim is None else token_dim, "token_start": token_start,
-            "numel": t.numel(),
-            "meta": json.dumps(meta, sort_keys=True, default=str) if meta else "",
+            "numel": t.numel(), "meta": _meta_text(meta) if meta else "",
         }
         return row, t
 
 
 def _nothing() -> None:
     pass
+
+
+_SHAPES: dict = {}  # torch.Size -> its index text ('4x128'), made once per shape
+_METAS: dict = {}  # a probe's meta items -> their JSON, made once per distinct meta
+
+
+def _shape_text(shape) -> str:
+    text = _SHAPES.get(shape)
+    if text is None:
+        if len(_SHAPES) > 4096:
+            _SHAPES.clear()
+        text = _SHAPES[shape] = schema.shape_text(shape)
+    return text
+
+
+_PLAIN = (str, int, type(None))  # exactly these types: 1, True and 1.0 are equal keys but not equal JSON
+
+
+def _meta_text(meta: dict) -> str:
+    """The meta's JSON (sorted keys): cached when every value is a str, int or None (hooks'
+    ``batch_dim``, the model's ``kind``); ~3 us a probe otherwise (lists, floats, ...)."""
+    if not all(type(v) in _PLAIN for v in meta.values()):
+        return json.dumps(meta, sort_keys=True, default=str)
+    key = tuple(meta.items())
+    text = _METAS.get(key)
+    if text is None:
+        if len(_METAS) > 4096:
+            _METAS.clear()
+        text = _METAS[key] = json.dumps(meta, sort_keys=True, default=str)
+    return text
 
 
 def _ignore_file_size_signal() -> None:

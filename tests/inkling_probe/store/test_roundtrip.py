@@ -202,3 +202,14 @@ def test_bf16_of_a_schema_2_dump_reads_bit_exact(tmp_path):
     assert torch.equal(_bits(d.tensor("x")), _bits(x)) and np.array_equal(d.array("x"), wide)
     with h5py.File(d.segments[0].path, "r") as f:
         assert f["/tensors/0/x"].id.get_type().get_size() == 4
+
+
+def test_meta_and_shape_texts_are_exact_whatever_the_caching(tmp_path):
+    """Equal dict keys are not equal JSON (1, True, 1.0): each probe's meta is stored as its own."""
+    metas = [{"x": 1}, {"x": True}, {"x": 1.0}, {"x": "1"}, {"x": 1}, {"x": [1, 2]}, {"b": 0, "a": None}]
+    with inkling_probe.recording(tmp_path / "d"):
+        for i, meta in enumerate(metas):
+            inkling_probe.probe("t", torch.ones(2, 3 + i % 2), **meta)
+    rows = sorted(inkling_probe.open(tmp_path / "d").index, key=lambda r: r["seq"])
+    assert [json.dumps(r["meta"], sort_keys=True) for r in rows] == [json.dumps(m, sort_keys=True) for m in metas]
+    assert [r["shape"] for r in rows] == [(2, 3), (2, 4)] * 3 + [(2, 3)]
