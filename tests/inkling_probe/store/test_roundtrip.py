@@ -213,3 +213,17 @@ def test_meta_and_shape_texts_are_exact_whatever_the_caching(tmp_path):
     rows = sorted(inkling_probe.open(tmp_path / "d").index, key=lambda r: r["seq"])
     assert [json.dumps(r["meta"], sort_keys=True) for r in rows] == [json.dumps(m, sort_keys=True) for m in metas]
     assert [r["shape"] for r in rows] == [(2, 3), (2, 4)] * 3 + [(2, 3)]
+
+
+def test_root_attributes_have_the_documented_types(tmp_path):
+    """Written through h5py's low-level calls, they read as attrs.update would have written them."""
+    with inkling_probe.recording(tmp_path / "d"):
+        inkling_probe.probe("a", torch.ones(2))
+    with h5py.File(glob.glob(str(tmp_path / "d" / "*.h5"))[0], "r") as f:
+        a = dict(f.attrs)
+        for name in ("format", "run_id", "run"):
+            assert isinstance(a[name], str) and f.attrs.get_id(name).get_type().get_cset() == h5py.h5t.CSET_UTF8
+        for name in ("schema_version", "rank", "world_size", "segment", "complete_through_step"):
+            assert f.attrs.get_id(name).dtype == np.int64
+        assert f.attrs.get_id("created").dtype == np.float64
+        assert a["format"] == "inkling-probe" and a["complete_through_step"] == 0 and json.loads(a["run"])["pid"]
