@@ -55,11 +55,14 @@ def stored_mb(d, step: int) -> float:
     return sum(r["numel"] * size(r) for r in d.index if r["step"] == step) / 1e6
 
 
-def interleaved(fns: dict, repeats: int, cpu: dict | None = None) -> dict:
+def interleaved(fns: dict, repeats: int, cpu: dict | None = None, after=None) -> dict:
     """All samples (seconds) of each callable, run in shuffled turns ``repeats`` times after a warm-up.
-    With ``cpu`` (a dict), the CPU seconds of each run (:func:`cpu_seconds`) go into ``cpu[name]``."""
+    With ``cpu`` (a dict), the CPU seconds of each run (:func:`cpu_seconds`) go into ``cpu[name]``;
+    ``after()``, untimed, follows every run (the cells free the disk there)."""
+    after = after or (lambda: None)
     for f in fns.values():
         f()
+        after()
     times = {k: [] for k in fns}
     if cpu is not None:
         cpu.update({k: [] for k in fns})
@@ -73,7 +76,25 @@ def interleaved(fns: dict, repeats: int, cpu: dict | None = None) -> dict:
             times[k].append(time.perf_counter() - t0)
             if cpu is not None:
                 cpu[k].append(cpu_seconds() - c0)
+            after()
     return times
+
+
+def prune(root: str) -> None:
+    """Free the disk between timed runs (a 1 GB forward writes 3 GB a run): torch.save's folders
+    but the latest, and the recordings' segments past the first few (steps 0 and 1 stay: their
+    index is counted at the end). Finished files only; nothing a writer holds open."""
+    folders = sorted((e for e in os.scandir(root) if e.name.startswith("pt-")), key=lambda e: int(e.name[3:]))
+    for e in folders[:-1]:
+        shutil.rmtree(e.path)
+    from inkling_probe.store import schema
+
+    for writer in ("inline", "process"):
+        folder = os.path.join(root, writer)
+        for name in os.listdir(folder) if os.path.isdir(folder) else ():
+            parsed = schema.parse_segment_name(name)
+            if parsed and parsed[1] > 8 and not name.endswith(schema.TMP_SUFFIX):
+                os.remove(os.path.join(folder, name))
 
 
 def cpu_seconds() -> float:
@@ -167,7 +188,7 @@ def cell(shape: str, repeats: int, steps: int) -> dict:
                 "torch.save hooks": saved})
     cpu: dict = {}
     with torch.no_grad():
-        times = interleaved(fns, repeats, cpu)
+        times = interleaved(fns, repeats, cpu, after=lambda: prune(root))
     hooks["files"] = len(os.listdir(folder["now"]))
     for ctx, rec in recorders.values():
         sink._RECORDER = rec
