@@ -127,9 +127,9 @@ class SegmentWriter:
         ``on_stored()`` once every one is stored, also after a failure part-way (then once the tensors
         already handed to jobs are written); ``flat`` must stay unchanged until then.
 
-        With storing on and packs allowed, the tensors are packed into parts (one dataset each,
-        :meth:`_add_packed`); else each is added as by :meth:`add`."""
-        if not (store and self.pack_bytes and len(rows) > 1):
+        With storing on, packs allowed and no compression, the tensors are packed into parts (one
+        dataset each, :meth:`_add_packed`); else each is added as by :meth:`add`."""
+        if not (store and self.pack_bytes and len(rows) > 1 and self.compress == "none"):
             add_each(self.add, rows, flat, spans, sums, stats, store, on_stored)
             return
         left = Countdown(len(rows), on_stored)

@@ -116,3 +116,18 @@ def test_pwritev_finishes_a_short_write(tmp_path, monkeypatch):
     with open(path, "wb") as f:
         writer._pwritev_all(f.fileno(), [memoryview(b"abcdef"), memoryview(b"gh"), memoryview(b"ijk")], 2)
     assert path.read_bytes() == b"\0\0abcdefghijk"
+
+
+def test_with_compression_a_batch_is_not_packed_so_large_tensors_stay_compressed(tmp_path):
+    flat, spans = batch([(4,), (512, 1024)])
+    flat[:] = 0
+    rows = [row(f"t{i}", s, seq=i) for i, (_, _, s) in enumerate(spans)]
+    w = SegmentWriter(tmp_path, 0, 1, run_id="0123456789ab", workers=0, compress="gzip")
+    w.add_batch(rows, flat, spans, None)
+    w.close(complete_through_step=0)
+    d = inkling_probe.open(tmp_path)
+    by_key = {r["key"]: r for r in d.index}
+    assert by_key["t1"]["dataset"] == "/tensors/0/t1"
+    with h5py.File(d.segments[0].path, "r") as f:
+        assert f["/tensors/0/t1"].compression == "gzip"
+    assert np.array_equal(d.array("t1"), np.zeros((512, 1024), np.float32))
