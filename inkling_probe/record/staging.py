@@ -336,8 +336,9 @@ DEVICE_STATS_MIN = 1 << 16  # a batch of fewer values leaves its statistics to t
 ROW = 1 << 12  # values a statistics row holds: tensors start at multiples of it in a batch's buffer
 
 
+@functools.lru_cache(maxsize=1024)
 def _contiguous_strides(shape: tuple) -> tuple:
-    """The strides of a contiguous tensor of ``shape``."""
+    """The strides of a contiguous tensor of ``shape`` (a model probes a few shapes: made once each)."""
     strides, step = [], 1
     for size in reversed(shape):
         strides.append(step)
