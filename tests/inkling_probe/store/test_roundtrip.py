@@ -153,6 +153,24 @@ def test_array_stats_match_float64_reference():
     assert array_stats(huge, "native")["mean"] == pytest.approx(2e38, rel=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_array_stats_over_many_chunks_see_every_chunk(dtype):
+    """Sums, max and min are taken 64K values at a time: the extremes and the non-finite values of
+    the last, partial chunk count as much as the first's."""
+    a = (np.random.default_rng(2).standard_normal(3 * 65536 + 123) * 10 + 5).astype(dtype)
+    a[-1], a[-2] = 1000, -2000
+    ref = a.astype(np.float64)
+    s = array_stats(a, "native")
+    assert s["mean"] == pytest.approx(ref.mean(), rel=1e-6)
+    assert s["rms"] == pytest.approx(np.sqrt((ref ** 2).mean()), rel=1e-6)
+    assert s["absmax"] == 2000 and (s["nan"], s["inf"]) == (0, 0)
+    if dtype != np.int32:
+        a[-3], a[-4] = np.nan, -np.inf
+        s = array_stats(a, "native")
+        finite = ref[np.isfinite(a)]
+        assert (s["nan"], s["inf"]) == (1, 1) and s["mean"] == pytest.approx(finite.mean(), rel=1e-6)
+
+
 @pytest.mark.parametrize("compress", ["none", "gzip"])
 def test_bf16_is_stored_as_itself_two_bytes_a_value(tmp_path, compress):
     """Every bf16 bit pattern (NaN payloads too) in an own dataset, plain or deflated, and in a pack
