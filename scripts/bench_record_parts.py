@@ -11,9 +11,13 @@ side by side with the plain forward (inkling_model small bf16, 256 tokens, proce
   durability=disk      everything, step() waiting for the step just ended (the default)
 
 A developer's tool (it patches internals); needs a CUDA GPU. Run: python scripts/bench_record_parts.py
+[--profile]  (--profile: then a cProfile of the recording thread for two of the variants)
 """
+import cProfile
 import os
+import pstats
 import statistics
+import sys
 import tempfile
 import time
 
@@ -114,6 +118,12 @@ def main() -> None:
         for _ in range(ROUNDS):
             for n in names:
                 times[n].append(run(n))
+        if "--profile" in sys.argv:  # where the recording thread's CPU goes, per function
+            for name in ("drain, no writer", "durability=disk"):
+                profile = cProfile.Profile()
+                profile.runcall(run, name)
+                print(f"-- cProfile of the recording thread, {name}, {FORWARDS} forwards (tottime):")
+                pstats.Stats(profile).sort_stats("tottime").print_stats(22)
     for ctx, rec in contexts:
         sink._RECORDER = rec
         ctx.__exit__(None, None, None)
