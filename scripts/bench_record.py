@@ -93,7 +93,7 @@ def prune(root: str) -> None:
         folder = os.path.join(root, writer)
         for name in os.listdir(folder) if os.path.isdir(folder) else ():
             parsed = schema.parse_segment_name(name)
-            if parsed and parsed[1] > 8 and not name.endswith(schema.TMP_SUFFIX):
+            if parsed and parsed[1] > 3 and not name.endswith(schema.TMP_SUFFIX):
                 os.remove(os.path.join(folder, name))
 
 
