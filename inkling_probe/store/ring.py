@@ -132,7 +132,7 @@ class RingWriter:
         sent, and freed whole once the writer is done); None for an array outside the ring."""
         if not array.size:
             return None
-        address = array.ctypes.data
+        address = array.__array_interface__["data"][0]  # half of .ctypes.data's ~3 us (every tensor sent)
         where = self._placed.get(address)
         if where is None or where[3] < array.nbytes or not array.flags.c_contiguous:
             if 0 <= address - self._base < self.size:  # a slot would never be freed
