@@ -194,8 +194,9 @@ def cell(shape: str, repeats: int, steps: int) -> dict:
         sink._RECORDER = rec
         ctx.__exit__(None, None, None)
     d = inkling_probe.open(os.path.join(root, "inline"))
-    mb = stored_mb(d, step=1)
-    tensors = sum(1 for r in d.index if r["step"] == 1)
+    first = min(r["step"] for r in d.index)  # the warm-up's first forward (with --steps 1 every other step is empty)
+    mb = stored_mb(d, step=first)
+    tensors = sum(1 for r in d.index if r["step"] == first)
     shutil.rmtree(root)
     from inkling_probe.record.recorder import writer_mode
     return {"times": times, "cpu": cpu, "mb": mb, "tensors": tensors, "files": hooks["files"],
