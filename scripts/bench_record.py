@@ -387,6 +387,19 @@ def cuda_main(repeats: int, steps: int, disk: float) -> None:
         inkling_probe.sink._RECORDER = None
 
     waits = {label: [] for label in recs}  # per run: seconds spent in step() waiting for the disk
+    ring_waits = {label: [] for label in recs}  # per run: seconds the forward waited for ring space
+    from inkling_probe.store.writer_process import ProcessWriter
+    wait_for_ring = ProcessWriter.wait_for_ring_space
+    now = [None]
+
+    def timed_ring_wait(self):
+        t0 = time.perf_counter()
+        try:
+            wait_for_ring(self)
+        finally:
+            if now[0] is not None:
+                ring_waits[now[0]][-1] += time.perf_counter() - t0
+    ProcessWriter.wait_for_ring_space = timed_ring_wait
 
     def recorded(label):
         rec = recs[label][1]
@@ -400,6 +413,8 @@ def cuda_main(repeats: int, steps: int, disk: float) -> None:
         def run():
             inkling_probe.sink._RECORDER = rec
             waits[label].append(0.0)
+            ring_waits[label].append(0.0)
+            now[0] = label
             rec.next_step = timed_step
             for _ in range(steps):
                 model(ids)  # calls step(), which waits for the previous step to be on disk
@@ -408,6 +423,7 @@ def cuda_main(repeats: int, steps: int, disk: float) -> None:
                 rec._writer.wait_for_ends()  # every run ends with its steps on disk
             torch.cuda.synchronize()
             del rec.next_step
+            now[0] = None
             inkling_probe.sink._RECORDER = None
         return run
     with torch.no_grad():
@@ -428,6 +444,8 @@ def cuda_main(repeats: int, steps: int, disk: float) -> None:
     per_forward = {w: statistics.median(ws[1:]) / steps * 1e3 for w, ws in waits.items()}  # [0]: warm-up
     print("of which waiting in step() (for the step to be on disk; with durability=writer, the one before): "
           + ", ".join(f"{w} {ms:.1f} ms/forward" for w, ms in per_forward.items()))
+    print("and waiting in the forward for space in the writer's shared ring (the writer behind): "
+          + ", ".join(f"{w} {statistics.median(ws[1:]) / steps * 1e3:.1f} ms/forward" for w, ws in ring_waits.items()))
     plain_ms = statistics.median(t["plain"]) / steps * 1e3
     limit_lines(mb, disk, d2h_rate(), plain_ms,
                 {label: (statistics.median(t[label]) / steps * 1e3, per_forward[label]) for label in recs}, tail_mb)
