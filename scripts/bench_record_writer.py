@@ -118,9 +118,11 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_variant(probes: list, steps: int, forward_s: float, pack_kb: float, folder: str) -> dict:
+def run_variant(probes: list, steps: int, forward_s: float, pack_kb: float, folder: str,
+                durability: str = "disk") -> dict:
     """Feed ``steps`` steps to a fresh writer process; per step (after two warm-up steps): time,
-    tail and the writer's CPU seconds."""
+    tail, the writer's CPU seconds and the time spent waiting for ring space. ``durability``
+    'writer': a step's end is not waited for (at most one in flight, as ``step()`` then does)."""
     from inkling_probe.store.writer_process import ProcessWriter
 
     rng = np.random.default_rng(0)
@@ -132,11 +134,18 @@ def run_variant(probes: list, steps: int, forward_s: float, pack_kb: float, fold
     w.claim_ring()
     source = {"bfloat16": rng.integers(0, 1 << 15, CAPACITY, dtype=np.uint16),
               "float32": rng.standard_normal(CAPACITY).astype(np.float32)}
-    out = {"time": [], "tail": [], "cpu": []}
+    out = {"time": [], "tail": [], "cpu": [], "ring": []}
+    waited = [0.0]
+
+    def wait():
+        t = time.perf_counter()
+        w.wait_for_ring_space()
+        waited[0] += time.perf_counter() - t
     for step in range(steps + 2):
         items = step_items(probes, step)
         gap = forward_s / len(items)
         cpu0, t0 = _cpu_seconds(w._proc.pid), time.perf_counter()
+        waited[0] = 0.0
         for i, item in enumerate(items):
             while time.perf_counter() < t0 + i * gap:  # the forward producing the next batch
                 time.sleep(min(1e-3, max(0.0, t0 + i * gap - time.perf_counter())))
@@ -146,18 +155,19 @@ def run_variant(probes: list, steps: int, forward_s: float, pack_kb: float, fold
                 continue
             _, dtype, rows, spans, used = item
             data = source[dtype][:used]
-            view = ring.slot(data.nbytes, w.wait_for_ring_space).view(data.dtype)
+            view = ring.slot(data.nbytes, wait).view(data.dtype)
             view[:] = data  # stands in for the device-to-host copy into the ring
             sums = np.zeros((len(rows), 5))
             sums[:, :3] = (1.0, 2.0, 3.0)
             w.add_batch(rows, view, spans, sums)
         last = time.perf_counter()
-        w.end_segment(step)
+        w.end_segment(step, wait=durability == "disk")
         done = time.perf_counter()
         if step >= 2:
             out["time"].append(done - t0)
             out["tail"].append(done - last)
             out["cpu"].append(_cpu_seconds(w._proc.pid) - cpu0)
+            out["ring"].append(waited[0])
     w.close(steps + 1)
     return out
 
@@ -180,6 +190,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--forward-ms", type=float, default=40.0, help="the batches are sent spread over this")
     ap.add_argument("--dir", default=tempfile.gettempdir(), help="where the dumps are written")
+    ap.add_argument("--durability", choices=("disk", "writer"), default="disk",
+                    help="writer: a step's end is not waited for (INKLING_PROBE_DURABILITY=writer)")
     args = ap.parse_args()
     probes = probe_list()
     mb = sum(math.prod(s) * (2 if d == "bfloat16" else 4 if d == "float32" else 8) for _, s, d in probes) / 1e6
@@ -191,19 +203,21 @@ def main() -> None:
         for round_ in range(2):  # two turns each, interleaved
             for label, pack_kb in variants.items():
                 r = run_variant(probes, args.steps, args.forward_ms / 1e3, pack_kb,
-                                os.path.join(root, f"{round_}-{pack_kb}"))
+                                os.path.join(root, f"{round_}-{pack_kb}"), args.durability)
                 for k, v in r.items():
                     results.setdefault(label, {}).setdefault(k, []).extend(v)
     finally:
         shutil.rmtree(root)
     commit = os.popen(f"git -C {ROOT} rev-parse --short HEAD").read().strip()
-    print(f"bench_record_writer at {commit}: {len(probes)} probes, {mb:.0f} MB a step, sent over {args.forward_ms:.0f} ms; "
+    print(f"bench_record_writer at {commit} (durability={args.durability}): {len(probes)} probes, {mb:.0f} MB a step, "
+          f"sent over {args.forward_ms:.0f} ms; "
           f"{2 * args.steps} steps a variant; medians")
     print(f"limit: the disk's sustained write ({disk:.0f} MB/s into {args.dir}) takes {mb / disk * 1e3:.1f} ms for a step")
     for label, r in results.items():
         med = {k: statistics.median(v) * 1e3 for k, v in r.items()}
         print(f"  {label:20s} step {med['time']:6.1f} ms, tail {med['tail']:6.1f} ms ({med['tail'] / (mb / disk * 1e3):.2f} "
-              f"of the write's time), writer CPU {med['cpu']:6.1f} ms a step")
+              f"of the write's time), writer CPU {med['cpu']:6.1f} ms a step, waiting for ring space "
+              f"{med['ring']:5.1f} ms a step")
     print(json.dumps({k: {m: [round(x * 1e3, 2) for x in v] for m, v in r.items()} for k, r in results.items()}))
 
 
