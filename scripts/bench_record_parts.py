@@ -11,15 +11,19 @@ side by side with the plain forward (inkling_model small bf16, 256 tokens, proce
   durability=disk      everything, step() waiting for the step just ended (the default)
 
 A developer's tool (it patches internals); needs a CUDA GPU. Run: python scripts/bench_record_parts.py
+[--profile]  (--profile: then a cProfile of the recording thread for two of the variants)
 """
+import cProfile
 import os
+import pstats
 import statistics
+import sys
 import tempfile
 import time
 
 import torch
 
-from bench_record import cuda_small_model  # this folder, on sys.path when run as a script
+from bench_record import cuda_small_model, d2h_rate, disk_rate, stored_mb  # this folder, on sys.path
 
 import inkling_probe  # bench_record put the checkout on sys.path
 from inkling_probe import sink
@@ -114,16 +118,27 @@ def main() -> None:
         for _ in range(ROUNDS):
             for n in names:
                 times[n].append(run(n))
+        if "--profile" in sys.argv:  # where the recording thread's CPU goes, per function
+            for name in ("drain, no writer", "durability=disk"):
+                profile = cProfile.Profile()
+                profile.runcall(run, name)
+                print(f"-- cProfile of the recording thread, {name}, {FORWARDS} forwards (tottime):")
+                pstats.Stats(profile).sort_stats("tottime").print_stats(22)
     for ctx, rec in contexts:
         sink._RECORDER = rec
         ctx.__exit__(None, None, None)
+    mb = stored_mb(inkling_probe.open(os.path.join(root, str(len(contexts) - 1))), step=1)
+    disk, d2h = disk_rate(), d2h_rate()
     base = statistics.median(times["plain"])
     print(f"GPU {torch.cuda.get_device_name()}, {FORWARDS} forwards a run, {ROUNDS} rounds interleaved; "
           f"median ms/forward, ratio to plain [quartiles]")
     for n in names:
         ratios = statistics.quantiles([a / b for a, b in zip(times[n], times["plain"])], n=4)
         print(f"  {n:36s} {statistics.median(times[n]) * 1e3:6.1f}  {statistics.median(times[n]) / base:.2f}x "
-              f"[{ratios[0]:.2f}-{ratios[2]:.2f}]")
+              f"[{ratios[0]:.2f}-{ratios[2]:.2f}]  +{(statistics.median(times[n]) - base) / (mb / disk):.2f} "
+              "of the write's time")
+    print(f"limit: {mb:.0f} MB a forward; device-to-host at pinned bandwidth ({d2h / 1e3:.1f} GB/s) "
+          f"{mb / d2h * 1e3:.1f} ms, the disk's sustained write ({disk:.0f} MB/s) {mb / disk * 1e3:.1f} ms")
 
 
 if __name__ == "__main__":

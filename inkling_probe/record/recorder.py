@@ -78,7 +78,8 @@ class Recorder:
         self.mode = writer_mode(settings.writer)
         self._touched = False
         self._seq = 0
-        self._calls: Counter = Counter()
+        self._calls: dict = {}
+        self._wanted_step, self._step_selected = None, False  # _step_wanted's cache
         self._writer = None
         self._lock = None  # the folder's rank lock while recording
         self._opened = False
@@ -223,8 +224,9 @@ class Recorder:
 
     # -- recording -------------------------------------------------------------------------
     def record(self, name: str, tensor, *, shard="replicated", dim=None, token_dim=0, meta=None) -> None:
-        with self._mutex:
-            self._check_usable()
+        with self._mutex:  # the per-probe path: every call here is paid once per probe (GPU: ~150 a forward)
+            if self._failed is not None:
+                raise self._failed
             self._touched = True
             seq = self._seq
             self._seq += 1
@@ -232,17 +234,27 @@ class Recorder:
             if wanted is None:
                 _check_name(name)
                 wanted = self._wanted[name] = self.settings.wants(name)
-            if not wanted or self.step_id not in self.settings.steps:
+            if not wanted or not self._step_wanted:
                 return
             writer = self._writer if self._opened else self._guarded_open()
             if writer is None:
                 return
             row, t = self._row(name, tensor, shard, dim, token_dim, meta, seq)
-            if t.is_cuda or self._stager is not None:
-                self._guarded(f"recording {name!r}", lambda: self._staged(row, t))
-            else:
-                self._guarded(f"recording {name!r}", lambda: self._write(row, t.contiguous(), None, None))
+            try:
+                if t.is_cuda or self._stager is not None:
+                    self._staged(row, t)
+                else:
+                    self._write(row, t.contiguous(), None, None)
+            except Exception as e:  # as _guarded, without its per-probe closure
+                self._guarded(f"recording {name!r}", _raiser(e))
             self._dirty = True
+
+    @property
+    def _step_wanted(self) -> bool:
+        """Does INKLING_PROBE_STEPS select the current step? (asked once a step)"""
+        if self._wanted_step != self.step_id:
+            self._wanted_step, self._step_selected = self.step_id, self.step_id in self.settings.steps
+        return self._step_selected
 
     def _staged(self, row: dict, t) -> None:
         """Copy ``t`` to the host asynchronously; the drain thread writes it (staging.py)."""
@@ -318,27 +330,65 @@ class Recorder:
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"probe {name!r}: expected a torch.Tensor, got {type(tensor).__name__}")
         _check_layout(name, tensor, shard, dim)
-        call = self._calls[name]
-        self._calls[name] += 1
+        calls = self._calls
+        call = calls.get(name, 0)
+        calls[name] = call + 1
         token_dim = _token_dim(tensor, token_dim)
-        t, token_start = _slice_tokens(tensor.detach(), self.settings.tokens, token_dim)
+        t, token_start = _slice_tokens(tensor.detach() if tensor.requires_grad else tensor, self.settings.tokens,
+                                       token_dim)
         if t.is_cuda and torch.cuda.is_current_stream_capturing():
             raise SettingsError(f"probe {name!r}: eager probes cannot run inside CUDA-graph capture")
         if not (t.is_cuda or t.device.type == "cpu"):
             t = t.cpu()  # other devices: a synchronous copy
         row = {
             "key": name, "step": self.step_id, "seq": seq, "call": call, "rank": self.rank,
-            "shape": schema.shape_text(t.shape), "dtype": dtype_name(t.dtype), "storage": "",
+            "shape": _shape_text(t.shape), "dtype": dtype_name(t.dtype), "storage": "",
             "shard": shard, "dim": dim % tensor.dim() if shard == "concat" else schema.NO_DIM,
             "token_dim": schema.NO_DIM if token_dim is None else token_dim, "token_start": token_start,
-            "numel": t.numel(),
-            "meta": json.dumps(meta, sort_keys=True, default=str) if meta else "",
+            "numel": t.numel(), "meta": _meta_text(meta) if meta else "",
         }
         return row, t
 
 
 def _nothing() -> None:
     pass
+
+
+def _raiser(error: BaseException):
+    """An action that raises ``error`` (for :meth:`Recorder._guarded`, once it was caught)."""
+    def action():
+        raise error
+    return action
+
+
+_SHAPES: dict = {}  # torch.Size -> its index text ('4x128'), made once per shape
+_METAS: dict = {}  # a probe's meta items -> their JSON, made once per distinct meta
+
+
+def _shape_text(shape) -> str:
+    text = _SHAPES.get(shape)
+    if text is None:
+        if len(_SHAPES) > 4096:
+            _SHAPES.clear()
+        text = _SHAPES[shape] = schema.shape_text(shape)
+    return text
+
+
+_PLAIN = (str, int, type(None))  # exactly these types: 1, True and 1.0 are equal keys but not equal JSON
+
+
+def _meta_text(meta: dict) -> str:
+    """The meta's JSON (sorted keys): cached when every value is a str, int or None (hooks'
+    ``batch_dim``, the model's ``kind``); ~3 us a probe otherwise (lists, floats, ...)."""
+    if not all(type(v) in _PLAIN for v in meta.values()):
+        return json.dumps(meta, sort_keys=True, default=str)
+    key = tuple(meta.items())
+    text = _METAS.get(key)
+    if text is None:
+        if len(_METAS) > 4096:
+            _METAS.clear()
+        text = _METAS[key] = json.dumps(meta, sort_keys=True, default=str)
+    return text
 
 
 def _ignore_file_size_signal() -> None:
@@ -368,9 +418,10 @@ def _check_layout(name: str, tensor: torch.Tensor, shard: str, dim) -> None:
 
 def _token_dim(t: torch.Tensor, token_dim: int | None) -> int | None:
     """The tensor's token dim, normalised (negative dims count from the end); None if it has none."""
-    if token_dim is None or not -t.dim() <= token_dim < t.dim():
+    if token_dim is None:
         return None
-    return token_dim % t.dim()
+    n = t.dim()
+    return token_dim % n if -n <= token_dim < n else None
 
 
 def _slice_tokens(t: torch.Tensor, tokens: slice | None, token_dim: int | None):

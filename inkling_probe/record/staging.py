@@ -269,16 +269,16 @@ class StepBatch:
                 and _stream_key(t) == self._stream_key)
 
     def append(self, row: dict, t) -> None:
-        import torch
-
         if not self.rows:  # zeros: the gaps between tensors add nothing to a row's statistics
+            import torch
+
             self._buffer = torch.zeros(_aligned(self.capacity), dtype=t.dtype, device=t.device)
             self._stream, self._stream_key, self._used = _current_stream(t), _stream_key(t), 0
         n, at, shape = t.numel(), self._used, tuple(t.shape)
         # one kernel: gather (as_strided: a third of slice-and-view's Python cost)
         self._buffer.as_strided(shape, _contiguous_strides(shape), at).copy_(t)
         self._spans.append((at, n, shape))
-        self._used = _aligned(at + n)
+        self._used = -(-(at + n) // ROW) * ROW  # _aligned, inline: once a probe
         self.rows.append(row)
 
     def seal(self):
@@ -336,8 +336,9 @@ DEVICE_STATS_MIN = 1 << 16  # a batch of fewer values leaves its statistics to t
 ROW = 1 << 12  # values a statistics row holds: tensors start at multiples of it in a batch's buffer
 
 
+@functools.lru_cache(maxsize=1024)
 def _contiguous_strides(shape: tuple) -> tuple:
-    """The strides of a contiguous tensor of ``shape``."""
+    """The strides of a contiguous tensor of ``shape`` (a model probes a few shapes: made once each)."""
     strides, step = [], 1
     for size in reversed(shape):
         strides.append(step)

@@ -5,10 +5,13 @@ small tensor than torch reductions on this class of machine.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import xxhash
 
 STAT_FIELDS = ("mean", "rms", "absmax", "nan", "inf")
+_SUMMED = (np.dtype(np.float32), np.dtype(np.float64))  # summed as they are
 NAN_STATS = {"mean": float("nan"), "rms": float("nan"), "absmax": float("nan"), "nan": 0, "inf": 0}
 
 
@@ -32,17 +35,18 @@ def array_stats(array: np.ndarray, storage: str, dtype: str = "") -> dict:
     if array.size == 0 or storage == "raw":
         return dict(NAN_STATS)
     a = array.reshape(-1)
-    if dtype == "bfloat16" and a.dtype == np.uint16:
-        a = bf16_bits_to_float32(a)
-    if a.dtype.kind != "f" or a.dtype.itemsize < 4:
-        a = a.astype(np.float64 if a.dtype.kind in "iub" else np.float32)
-    # float32 pairwise sum and BLAS dots of 64K values added in float64: relative error ~1e-6, plenty
-    # for a summary (compare computes its metrics in float64). A finite sum and dot mean every value
-    # is finite.
+    if a.dtype not in _SUMMED:
+        if dtype == "bfloat16" and a.dtype == np.uint16:
+            a = bf16_bits_to_float32(a)
+        if a.dtype.kind != "f" or a.dtype.itemsize < 4:
+            a = a.astype(np.float64 if a.dtype.kind in "iub" else np.float32)
+    # BLAS dots of 64K values (the sum a dot with ones) added in float64: relative error ~1e-6,
+    # plenty for a summary (compare computes its metrics in float64). A finite sum and dot mean every
+    # value is finite.
     with np.errstate(over="ignore", invalid="ignore"):
-        total, sq = float(a.sum()), _sum_of_squares(a)
+        total, sq, high, low = _sums(a)
     nan = inf = 0
-    if not (np.isfinite(total) and np.isfinite(sq)):
+    if not (math.isfinite(total) and math.isfinite(sq)):
         finite = np.isfinite(a)
         nan = int(np.count_nonzero(np.isnan(a)))
         inf = a.size - int(np.count_nonzero(finite)) - nan
@@ -50,22 +54,34 @@ def array_stats(array: np.ndarray, storage: str, dtype: str = "") -> dict:
         if a.size == 0:
             return {**NAN_STATS, "nan": nan, "inf": inf}
         with np.errstate(over="ignore", invalid="ignore"):
-            total, sq = float(a.sum()), _sum_of_squares(a)
-        if not (np.isfinite(total) and np.isfinite(sq)):  # finite values whose sums overflow
+            total, sq, high, low = _sums(a)
+        if not (math.isfinite(total) and math.isfinite(sq)):  # finite values whose sums overflow
             wide = a.astype(np.float64)
             total, sq = float(wide.sum()), float(np.dot(wide, wide))
-    return summary(a.size, total, sq, float(max(a.max(), -a.min())), nan, inf)
+    return summary(a.size, total, sq, max(high, -low), nan, inf)
 
 
 _DOT_CHUNK = 1 << 16
+_ONES: dict = {}  # dtype -> _DOT_CHUNK ones of it, for sums as dots
 
 
-def _sum_of_squares(a: np.ndarray) -> float:
-    """sum(a * a): BLAS dots of 64K values, added in float64 (one dot over millions of float32
-    values drifts by ~4e-5 relative; chunks keep it near 1e-7)."""
+def _sums(a: np.ndarray) -> tuple[float, float, float, float]:
+    """(sum, sum of squares, max, min) of 1-D float ``a``, chunk by chunk: 64K values (256 KB of
+    float32) stay in cache for the four passes, and the sums are BLAS dots (a float32 sum as a dot
+    with ones: 4x numpy's pairwise sum, the same error), added in float64."""
+    ones = _ONES.get(a.dtype)
+    if ones is None:
+        ones = _ONES.setdefault(a.dtype, np.ones(_DOT_CHUNK, dtype=a.dtype))
     if a.size <= _DOT_CHUNK:
-        return float(np.dot(a, a))
-    return sum(float(np.dot(c, c)) for c in (a[i: i + _DOT_CHUNK] for i in range(0, a.size, _DOT_CHUNK)))
+        return (float(np.dot(a, ones[: a.size])), float(np.dot(a, a)), float(a.max()), float(a.min()))
+    total = sq = 0.0
+    high, low = -math.inf, math.inf
+    for i in range(0, a.size, _DOT_CHUNK):
+        c = a[i: i + _DOT_CHUNK]
+        total += float(np.dot(c, ones[: c.size]))
+        sq += float(np.dot(c, c))
+        high, low = max(high, float(c.max())), min(low, float(c.min()))
+    return total, sq, high, low
 
 
 def summary(finite: int, total: float, sq: float, absmax: float, nan: int, inf: int) -> dict:
@@ -87,7 +103,16 @@ def content_hash(array: np.ndarray, dtype: str, shape) -> str:
     The stored form is a bijection of the original bits (docs/FORMAT.md), so equal hashes mean
     bit-identical tensors of the same dtype and shape.
     """
-    h = xxhash.xxh3_64(f"{dtype}:{tuple(int(s) for s in shape)}:".encode())
+    key = (dtype, tuple(shape))
+    prefix = _PREFIXES.get(key)
+    if prefix is None:
+        if len(_PREFIXES) > 4096:
+            _PREFIXES.clear()
+        prefix = _PREFIXES[key] = xxhash.xxh3_64(f"{dtype}:{tuple(int(s) for s in shape)}:".encode())
+    h = prefix.copy()  # the prefix hashed once per (dtype, shape): a copy costs a fifth of hashing it
     if array.size:
-        h.update(memoryview(np.ascontiguousarray(array)).cast("B"))
+        h.update(array.data if array.flags.c_contiguous else np.ascontiguousarray(array).data)
     return h.hexdigest()
+
+
+_PREFIXES: dict = {}  # (dtype, shape) -> an XXH3 state that has hashed "dtype:shape:"

@@ -7,7 +7,10 @@ at every step boundary and when it passes the size limit, so every completed ste
 Tensors under the pack threshold are appended to flat arrays of one step and stored dtype
 (``/packs/<step>/<dtype>.<part>``, 1 MiB each, offsets in the index), written as each part fills:
 creating an HDF5 dataset costs ~0.15 ms on this class of machine, more than everything else a small
-tensor needs.
+tensor needs. A batch (GPU staging hands several tensors over in one call, store/batch.py) is packed
+whatever its tensors' sizes, into parts of up to 4 MiB created with their space allocated: each
+part is one dataset, and its tensors' bytes go to it by ``pwritev`` straight from the batch buffer
+(no copy), so a GPU step of ~150 tensors creates ~15 datasets, not ~120.
 
 A tensor with a dataset of its own is written in two parts: the HDF5 file gets the dataset with its
 space allocated at once (``_create_allocated``), and a job computes the hash and statistics and
@@ -21,6 +24,7 @@ This module imports numpy and h5py only: it runs inside the writer process (writ
 from __future__ import annotations
 
 import errno
+import operator
 import os
 import tempfile
 import threading
@@ -33,11 +37,13 @@ import numpy as np
 
 from inkling_probe.errors import DumpError
 from inkling_probe.store import schema
-from inkling_probe.store.batch import Countdown, add_each
+from inkling_probe.store.batch import Countdown, add_each, split
 from inkling_probe.store.stats import NAN_STATS, array_stats, content_hash
 
 _GZIP_MIN_BYTES = 1 << 20
 _PACK_PART_BYTES = 1 << 20
+_BATCH_PART_BYTES = 4 << 20  # a batch's tensors are packed into parts of up to this many bytes
+_IOV_MAX = 512  # buffers per pwritev call (Linux allows 1024)
 _MAX_WORKERS = 4
 _SPLIT_BYTES = 4 << 20  # a tensor this large is hashed and written by two job threads at once (the
 # logits, last in a forward, are most of a step's tail: ~1.3 ms of hashing off it per 16 MB)
@@ -77,6 +83,7 @@ class SegmentWriter:
         self._bytes = 0
         self._packs: dict[tuple, _Pack] = {}
         self._pack_parts: dict[tuple, int] = {}
+        self._spare_buffers: dict = {}  # dtype -> a pack buffer already written, for the next part
         self._jobs = _Jobs(default_workers() if workers is None else workers)
 
     def _open_segment(self) -> h5py.File:
@@ -86,7 +93,7 @@ class SegmentWriter:
             raise DumpError(f"{path}: already exists (planted in the dump folder?); not written through")
         # "x": exclusive create (O_EXCL), so a file or a symbolic link planted there is never written through
         f = h5py.File(path, "x", libver="latest")
-        f.attrs.update({
+        _write_attrs(f.id, {
             "format": schema.FORMAT_NAME, "schema_version": schema.SCHEMA_VERSION, "run_id": self.run_id,
             "rank": self.rank, "world_size": self.world_size, "segment": self._segment,
             "created": time.time(), "run": self.run_meta,
@@ -118,13 +125,78 @@ class SegmentWriter:
         """Add the tensors of a batch (store/batch.py): ``flat`` holds them end to end at ``spans``
         ((offset, numel, shape) each); ``sums`` ([k, 5], or None) are their statistics' sums.
         ``on_stored()`` once every one is stored, also after a failure part-way (then once the tensors
-        already handed to jobs are written); ``flat`` must stay unchanged until then."""
-        add_each(self.add, rows, flat, spans, sums, stats, store, on_stored)
+        already handed to jobs are written); ``flat`` must stay unchanged until then.
+
+        With storing on, packs allowed and no compression, the tensors are packed into parts (one
+        dataset each, :meth:`_add_packed`); else each is added as by :meth:`add`."""
+        if not (store and self.pack_bytes and len(rows) > 1 and self.compress == "none"):
+            add_each(self.add, rows, flat, spans, sums, stats, store, on_stored)
+            return
+        left = Countdown(len(rows), on_stored)
+        handed = [0]
+        try:
+            self._jobs.check()
+            self._add_packed(split(rows, flat, spans, sums, stats), left.one, handed)
+        except Exception as e:
+            error = e if isinstance(e, DumpError) else DumpError(_failed(rows[min(handed[0], len(rows) - 1)],
+                                                                         self.dir, e))
+            for _ in range(len(rows) - handed[0]):
+                left.one()  # tensors never handed to a job
+            raise error from None
+
+    def _add_packed(self, tensors, one_stored, handed: list) -> None:
+        """Pack a batch's tensors ((row, view, stats) in order) into parts of up to
+        ``_BATCH_PART_BYTES``; a tensor larger than a part is added alone. ``one_stored()`` once per
+        tensor stored; ``handed[0]`` counts the tensors whose callback is no longer ours to call."""
+        part: list = []
+        part_bytes = 0
+        for row, array, given in tensors:
+            if self._file is not None and self._bytes >= self.segment_bytes:
+                self._write_part(part, one_stored, handed)  # in the segment its rows are indexed in
+                part, part_bytes = [], 0
+                self.end_segment(complete_through_step=row["step"] - 1)
+            if self._file is None:
+                self._open_segment()
+            if array.nbytes > _BATCH_PART_BYTES or array.ndim == 0 or array.size == 0:
+                handed[0] += 1
+                self._add(row, array, given, True, one_stored)
+                continue
+            if part and (not _same_pack(part[0], row, array) or part_bytes + array.nbytes > _BATCH_PART_BYTES):
+                self._write_part(part, one_stored, handed)
+                part, part_bytes = [], 0
+            part.append((row, array, given))
+            part_bytes += array.nbytes
+        self._write_part(part, one_stored, handed)
+
+    def _write_part(self, part: list, one_stored, handed: list) -> None:
+        """Create one allocated pack dataset for ``part`` [(row, view, stats)] and hand its hashing,
+        statistics and bytes to a job (the tensors back to back in the dataset's space, one
+        ``pwritev``); ``one_stored()`` once per tensor, when the job is done with it."""
+        if not part:
+            return
+        row, array, _ = part[0]
+        kind = _pack_kind(row, array)
+        key = (row["step"], kind)
+        number = self._pack_parts.get(key, 0)
+        self._pack_parts[key] = number + 1
+        path = schema.pack_path(row["step"], kind, number)
+        group_name, name = path.rsplit("/", 1)
+        total = sum(a.size for _, a, _ in part)
+        dsid = h5py.h5d.create(self._group(group_name).id, name.encode(), _stored_type(row, array),
+                               h5py.h5s.create_simple((total,)), dcpl=_allocated_dcpl())
+        at = 0
+        for row, array, _ in part:
+            row["dataset"], row["offset"] = path, at
+            at += array.size
+            self._bytes += array.nbytes
+            self._rows.append(row)
+        handed[0] += len(part)  # from here the job calls one_stored for each (also when it fails)
+        self._jobs.submit_part(part, self._vfd(), dsid.get_offset(), self.dir, one_stored)
 
     def _add(self, row: dict, array: np.ndarray, stats: bool, store: bool, on_stored) -> None:
         if self._file is not None and self._bytes >= self.segment_bytes:
             self.end_segment(complete_through_step=row["step"] - 1)
-        f = self._file or self._open_segment()
+        f = self._file if self._file is not None else self._open_segment()  # (h5py's File.__bool__: ~20 us)
         row["dataset"], row["offset"] = "", -1
         if store and array.nbytes >= self.pack_bytes:
             offset = self._create_dataset(f, row, array)
@@ -176,17 +248,24 @@ class SegmentWriter:
                 self._write_pack(pack)
             part = self._pack_parts.get(key, 0)
             self._pack_parts[key] = part + 1
-            size = max(_PACK_PART_BYTES // array.dtype.itemsize, array.size)
             pack = self._packs[key] = _Pack(schema.pack_path(row["step"], kind, part),
-                                            np.empty(size, dtype=array.dtype), _stored_type(row, array))
+                                            self._pack_buffer(array), _stored_type(row, array))
         pack.buf[pack.used: pack.used + array.size] = array.reshape(-1)
         row["dataset"], row["offset"] = pack.path, pack.used
         pack.used += array.size
         self._bytes += array.nbytes
 
+    def _pack_buffer(self, array: np.ndarray) -> np.ndarray:
+        """A pack part's buffer for ``array``'s dtype: a written part's, reused (a fresh 1 MiB
+        costs its page faults again, ~0.2 ms), else a new one."""
+        size = max(_PACK_PART_BYTES // array.dtype.itemsize, array.size)
+        spare = self._spare_buffers.pop(array.dtype, None)
+        return spare if spare is not None and spare.size >= size else np.empty(size, dtype=array.dtype)
+
     def _write_pack(self, pack: "_Pack") -> None:
         group_name, name = pack.path.rsplit("/", 1)
         _create_contiguous(self._group(group_name), name, pack.buf[: pack.used], pack.ftype)
+        self._spare_buffers[pack.buf.dtype] = pack.buf  # written: HDF5 has copied it
 
     def _group(self, name: str) -> h5py.Group:
         """A group of the open segment, created once (``require_group`` costs ~1 ms a call)."""
@@ -238,9 +317,8 @@ class SegmentWriter:
 
     def _finish(self, f: h5py.File, complete_through_step: int) -> None:
         self._write_packs()
-        rows = [tuple(row[k] for k in schema.INDEX_FIELDS) for row in self._rows]
-        f.create_dataset("index", data=np.array(rows, dtype=schema.INDEX_DTYPE), maxshape=(None,))
-        f.attrs["complete_through_step"] = complete_through_step
+        _write_index(f, np.array([_INDEX_ROW(row) for row in self._rows], dtype=schema.INDEX_DTYPE))
+        _write_attrs(f.id, {"complete_through_step": complete_through_step})
         tmp = f.filename
         f.close()
         os.replace(tmp, tmp[: -len(schema.TMP_SUFFIX)])
@@ -280,7 +358,32 @@ def _stored_type(row: dict, array: np.ndarray):
 
 def _pack_kind(row: dict, array: np.ndarray) -> str:
     """Which pack a small tensor joins: one per stored type ('bfloat16' apart from real uint16)."""
-    return "bfloat16" if _is_bf16_bits(row, array) else array.dtype.name
+    if _is_bf16_bits(row, array):
+        return "bfloat16"
+    name = _DTYPE_NAMES.get(array.dtype)
+    if name is None:  # dtype.name costs ~3 us a call
+        name = _DTYPE_NAMES[array.dtype] = array.dtype.name
+    return name
+
+
+_DTYPE_NAMES: dict = {}
+
+
+def _same_pack(first: tuple, row: dict, array: np.ndarray) -> bool:
+    """Can the tensor join the part that ``first`` (row, array, stats) starts: same step and stored type?"""
+    return first[0]["step"] == row["step"] and _pack_kind(first[0], first[1]) == _pack_kind(row, array)
+
+
+_INDEX_ROW = operator.itemgetter(*schema.INDEX_FIELDS)  # row dict -> index tuple (a third of a generator's cost)
+_INDEX_TYPE = h5py.h5t.py_create(schema.INDEX_DTYPE, logical=True)
+
+
+def _write_index(f: h5py.File, rows: np.ndarray) -> None:
+    """The segment's ``/index``: one contiguous compound dataset, through h5py's low-level calls
+    (half of ``create_dataset``'s ~2 ms)."""
+    dsid = h5py.h5d.create(f.id, b"index", _INDEX_TYPE, h5py.h5s.create_simple((len(rows),)))
+    if len(rows):
+        dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, rows)
 
 
 _TEXT = h5py.h5t.py_create(h5py.string_dtype(), logical=True)
@@ -321,6 +424,23 @@ def _set_text_attrs(dsid, attrs: dict) -> None:
         h5py.h5a.create(dsid, name.encode(), _TEXT, _SCALAR).write(value)
 
 
+_INT64 = h5py.h5t.py_create(np.dtype(np.int64))
+_FLOAT64 = h5py.h5t.py_create(np.dtype(np.float64))
+
+
+def _write_attrs(oid, attrs: dict) -> None:
+    """Scalar attributes of a segment's root, as ``attrs.update`` writes them (str: variable-length
+    UTF-8; int: int64; float: float64), through h5py's low-level calls: half the cost a segment."""
+    for name, value in attrs.items():
+        if isinstance(value, str):
+            tid, data = _TEXT, np.array(value.encode(), dtype=h5py.string_dtype())
+        elif isinstance(value, float):
+            tid, data = _FLOAT64, np.array(value, dtype=np.float64)
+        else:
+            tid, data = _INT64, np.array(value, dtype=np.int64)
+        h5py.h5a.create(oid, name.encode(), tid, _SCALAR).write(data)
+
+
 def _failed(row: dict, folder: str, e: BaseException) -> str:
     return f"recording {row['key']!r} (step {row['step']}) in {folder}: {why(e)}"
 
@@ -342,6 +462,47 @@ def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
         data, offset = data[n:], offset + n
 
 
+def _pwritev_all(fd: int, views: list, offset: int) -> None:
+    """Write ``views`` back to back at ``offset``: one ``pwritev`` per ``_IOV_MAX`` buffers."""
+    for i in range(0, len(views), _IOV_MAX):
+        chunk = views[i: i + _IOV_MAX]
+        want = sum(len(v) for v in chunk)
+        n = os.pwritev(fd, chunk, offset)
+        if n < want:  # a short write (a signal, a nearly full disk): the rest one by one
+            done = n
+            for v in chunk:
+                if done >= len(v):
+                    done -= len(v)
+                    continue
+                _pwrite_all(fd, v[done:], offset + n)
+                n += len(v) - done
+                done = 0
+        offset += want
+
+
+_TMPFS_MAGIC = 0x01021994
+_IN_MEMORY: dict = {}  # st_dev -> is that file system tmpfs?
+
+
+def _in_memory(fd: int) -> bool:
+    """Is ``fd``'s file system tmpfs (a /tmp or /dev/shm in memory)? There ``fallocate`` zeroes
+    every page before the write copies over it: twice the work (54 MB a GPU step: +60% of the
+    writer's time here), so it is skipped. Asked once per device (``fstatfs``)."""
+    dev = os.fstat(fd).st_dev
+    known = _IN_MEMORY.get(dev)
+    if known is None:
+        import ctypes
+        import struct
+
+        buf = ctypes.create_string_buffer(256)  # struct statfs: f_type (a C long) first
+        try:
+            ok = ctypes.CDLL(None, use_errno=True).fstatfs(fd, buf) == 0
+        except (OSError, AttributeError):
+            ok = False
+        known = _IN_MEMORY[dev] = ok and struct.unpack_from("l", buf)[0] == _TMPFS_MAGIC
+    return known
+
+
 _FALLOCATE = [None]  # libc's fallocate, found once; False where there is none or it is not supported
 
 
@@ -361,7 +522,7 @@ def _reserve_blocks(fd: int, offset: int, nbytes: int) -> None:
         except (OSError, AttributeError):
             call = False
         _FALLOCATE[0] = call
-    if call is False:
+    if call is False or _in_memory(fd):
         return
     while call(fd, 0, offset, nbytes) != 0:
         code = ctypes.get_errno()
@@ -407,6 +568,34 @@ class _Jobs:
             self._futures.append(self._pool.submit(self._run, row, array, fd, offset, stats, folder, on_stored))
         if len(self._futures) > 256:
             self._futures = [f for f in self._futures if not f.done()]
+
+    def submit_part(self, part: list, fd: int, offset: int, folder: str, one_stored) -> None:
+        """Hash and summarise a pack part's tensors [(row, array, stats)] and write them back to back
+        at ``offset``; ``one_stored()`` once per tensor when done with it (also after a failure)."""
+        if not self.workers:
+            self._run_part(part, fd, offset, folder, one_stored)
+            self.check()
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="inkling-probe-write")
+        self._futures.append(self._pool.submit(self._run_part, part, fd, offset, folder, one_stored))
+        if len(self._futures) > 256:
+            self._futures = [f for f in self._futures if not f.done()]
+
+    def _run_part(self, part: list, fd: int, offset: int, folder: str, one_stored) -> None:
+        try:
+            if self._error is None:
+                for row, array, stats in part:
+                    _summarise(row, array, stats)
+                views = [memoryview(np.ascontiguousarray(a)).cast("B") for _, a, _ in part]
+                _reserve_blocks(fd, offset, sum(len(v) for v in views))
+                _pwritev_all(fd, views, offset)
+        except Exception as e:
+            with self._lock:
+                self._error = self._error or _failed(part[0][0], folder, e)  # the part's first tensor
+        finally:
+            for _ in part:
+                one_stored()
 
     def _run(self, row, array, fd, offset, stats, folder, on_stored, summarise=True, write=True) -> None:
         """Hash and summarise the tensor, and write its bytes at ``offset`` (or one of the two)."""

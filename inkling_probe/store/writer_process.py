@@ -30,7 +30,7 @@ _FRAME = struct.Struct("<IQ")  # header bytes, payload bytes
 _PIPE_BYTES = 1 << 20
 _BATCH_BYTES = 256 << 10  # small frames are copied into one buffer and sent in one system call
 _RING_MIN_BYTES = 64 << 10  # payloads from this size go through the shared ring, not the pipe
-_RING_BYTES = 64 << 20
+_RING_BYTES = 128 << 20  # two steps of a 54 MB GPU step in flight (INKLING_PROBE_DURABILITY=writer)
 _F_SETPIPE_SZ = 1031
 
 

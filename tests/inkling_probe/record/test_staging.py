@@ -360,15 +360,17 @@ def test_batches_in_hash_mode_skip_statistics(tmp_path, monkeypatch):
 
 
 def test_a_batch_write_failure_surfaces_and_gives_every_buffer_back(tmp_path, monkeypatch):
+    from inkling_probe.store import writer
     from inkling_probe.store.writer import SegmentWriter
 
     rec, stager = batched_recording(tmp_path / "d", monkeypatch)
     inkling_probe.probe("ok", torch.ones(4))
     inkling_probe.step()
 
-    def full(self, *a, **k):
+    def full(*a, **k):
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr(SegmentWriter, "_add", full)
+    monkeypatch.setattr(SegmentWriter, "_add", full)  # a tensor alone
+    monkeypatch.setattr(writer, "_pwritev_all", full)  # a batch's pack part
     for i in range(5):
         inkling_probe.probe("x", torch.ones(4))
     with pytest.raises(DumpError) as e:

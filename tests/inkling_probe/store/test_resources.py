@@ -45,7 +45,7 @@ def assert_steps(dump, steps):
 @needs_root
 @pytest.mark.parametrize("shm", ["size=64k", "size=64k,ro"], ids=["tiny", "read-only"])
 def test_small_or_read_only_shm_falls_back_with_one_warning(tmp_path, shm):
-    """Docker's /dev/shm is 64 MiB (too small for the 64 MiB ring and its header); here 64 KiB."""
+    """Docker's /dev/shm is 64 MiB (too small for the 128 MiB ring, and for half of it with its header); here 64 KiB."""
     r = run(tmp_path / "d", 3, writer="process", shell_prefix=f"mount -t tmpfs -o {shm} tmpfs /dev/shm")
     assert r.returncode == 0 and r.stdout == "finished\n", r.stderr
     lines = r.stderr.splitlines()
@@ -87,7 +87,7 @@ def _check_full(r, dump, writer, why):
     assert r.returncode == 1 and "finished" not in r.stdout
     assert "Traceback" not in r.stderr and "Segmentation" not in r.stderr
     lines = r.stderr.splitlines()
-    if writer == "process":  # the 64 MiB ring can't be reserved under the limit either: one warning
+    if writer == "process":  # the ring can't be reserved under the limit either: one warning
         assert "ring" in lines[0] and len(lines) == 2, r.stderr
         lines = lines[1:]
     assert len(lines) == 1 and lines[0].startswith("inkling-probe: ") and why in lines[0], r.stderr
@@ -130,9 +130,9 @@ def test_ring_is_reserved_by_the_writer_and_used_once_ready(tmp_path):
     w = ProcessWriter()
     spawn = time.perf_counter() - t0
     w._ring_status(block=True)
-    assert w._ring is not None and w._ring.size == 64 << 20
+    assert w._ring is not None and w._ring.size == 128 << 20
     w.close(-1)
-    assert spawn < 1.0  # generous: no 64 MiB fallocate in this process (that took ~45 ms alone)
+    assert spawn < 1.0  # generous: no 128 MiB fallocate in this process (that took ~45 ms alone)
     with inkling_probe.recording(tmp_path / "d", writer="process") as rec:
         rec._spare._ring_status(block=True)
         for s in range(2):

@@ -153,6 +153,24 @@ def test_array_stats_match_float64_reference():
     assert array_stats(huge, "native")["mean"] == pytest.approx(2e38, rel=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_array_stats_over_many_chunks_see_every_chunk(dtype):
+    """Sums, max and min are taken 64K values at a time: the extremes and the non-finite values of
+    the last, partial chunk count as much as the first's."""
+    a = (np.random.default_rng(2).standard_normal(3 * 65536 + 123) * 10 + 5).astype(dtype)
+    a[-1], a[-2] = 1000, -2000
+    ref = a.astype(np.float64)
+    s = array_stats(a, "native")
+    assert s["mean"] == pytest.approx(ref.mean(), rel=1e-6)
+    assert s["rms"] == pytest.approx(np.sqrt((ref ** 2).mean()), rel=1e-6)
+    assert s["absmax"] == 2000 and (s["nan"], s["inf"]) == (0, 0)
+    if dtype != np.int32:
+        a[-3], a[-4] = np.nan, -np.inf
+        s = array_stats(a, "native")
+        finite = ref[np.isfinite(a)]
+        assert (s["nan"], s["inf"]) == (1, 1) and s["mean"] == pytest.approx(finite.mean(), rel=1e-6)
+
+
 @pytest.mark.parametrize("compress", ["none", "gzip"])
 def test_bf16_is_stored_as_itself_two_bytes_a_value(tmp_path, compress):
     """Every bf16 bit pattern (NaN payloads too) in an own dataset, plain or deflated, and in a pack
@@ -202,3 +220,28 @@ def test_bf16_of_a_schema_2_dump_reads_bit_exact(tmp_path):
     assert torch.equal(_bits(d.tensor("x")), _bits(x)) and np.array_equal(d.array("x"), wide)
     with h5py.File(d.segments[0].path, "r") as f:
         assert f["/tensors/0/x"].id.get_type().get_size() == 4
+
+
+def test_meta_and_shape_texts_are_exact_whatever_the_caching(tmp_path):
+    """Equal dict keys are not equal JSON (1, True, 1.0): each probe's meta is stored as its own."""
+    metas = [{"x": 1}, {"x": True}, {"x": 1.0}, {"x": "1"}, {"x": 1}, {"x": [1, 2]}, {"b": 0, "a": None}]
+    with inkling_probe.recording(tmp_path / "d"):
+        for i, meta in enumerate(metas):
+            inkling_probe.probe("t", torch.ones(2, 3 + i % 2), **meta)
+    rows = sorted(inkling_probe.open(tmp_path / "d").index, key=lambda r: r["seq"])
+    assert [json.dumps(r["meta"], sort_keys=True) for r in rows] == [json.dumps(m, sort_keys=True) for m in metas]
+    assert [r["shape"] for r in rows] == [(2, 3), (2, 4)] * 3 + [(2, 3)]
+
+
+def test_root_attributes_have_the_documented_types(tmp_path):
+    """Written through h5py's low-level calls, they read as attrs.update would have written them."""
+    with inkling_probe.recording(tmp_path / "d"):
+        inkling_probe.probe("a", torch.ones(2))
+    with h5py.File(glob.glob(str(tmp_path / "d" / "*.h5"))[0], "r") as f:
+        a = dict(f.attrs)
+        for name in ("format", "run_id", "run"):
+            assert isinstance(a[name], str) and f.attrs.get_id(name).get_type().get_cset() == h5py.h5t.CSET_UTF8
+        for name in ("schema_version", "rank", "world_size", "segment", "complete_through_step"):
+            assert f.attrs.get_id(name).dtype == np.int64
+        assert f.attrs.get_id("created").dtype == np.float64
+        assert a["format"] == "inkling-probe" and a["complete_through_step"] == 0 and json.loads(a["run"])["pid"]

@@ -250,3 +250,20 @@ def test_plain_h5py_reads_bf16_as_numbers_and_the_original_dtype_of_an_upcast_da
         ds = f["tensors/0/e"]
         assert dict(ds.attrs) == {"dtype": "float8_e4m3fn", "storage": "upcast"} and ds.dtype == np.float16
         assert np.array_equal(ds[()], fp8.float().numpy().astype(np.float16))
+
+def test_blocks_are_not_reserved_on_tmpfs_where_it_would_zero_them_first(tmp_path, monkeypatch):
+    """On tmpfs ``fallocate`` zeroes pages the write then copies over: the writer skips it there."""
+    from inkling_probe.store import writer as W
+
+    shm = "/dev/shm"
+    if not os.path.isdir(shm) or not W._in_memory(os.open(shm, os.O_RDONLY)):
+        pytest.skip("no tmpfs at /dev/shm")
+    fallocate, calls = fake_fallocate(0)
+    monkeypatch.setattr(W, "_FALLOCATE", [fallocate])
+    import tempfile
+    with tempfile.TemporaryDirectory(dir=shm) as d:
+        write(os.path.join(d, "a"), 0, arrays(4))
+        assert calls == []
+        assert np.array_equal(inkling_probe.open(os.path.join(d, "a")).array("t1", 0), arrays(4)[1])
+    write(tmp_path / "b", 0, arrays(4))
+    assert W._in_memory(os.open(tmp_path, os.O_RDONLY)) or len(calls) == 4  # a disk: reserved
