@@ -35,6 +35,9 @@ def as_dump(d) -> "Dump | None":
     return d if d is None or isinstance(d, Dump) else open_dump(d)
 
 
+PACK_CACHE_BYTES = 32 << 20  # packs kept read by one Dump (each part up to 4 MiB)
+
+
 class Dump:
     """A recorded run: the index of every rank's segments, tensors read on demand.
 
@@ -205,13 +208,16 @@ class Dump:
             os.close(fd)
 
     def _pack(self, segment: int, path: str) -> np.ndarray:
-        """A whole pack array, cached (packs hold small tensors only, so each is small)."""
+        """A whole pack array (a part holds up to 4 MiB of a batch's tensors), cached: the packs read
+        last, ``PACK_CACHE_BYTES`` at most (the oldest dropped first)."""
         cache_key = (segment, path)
         with self._lock:
             if cache_key not in self._packs:
-                if len(self._packs) >= 64:
-                    self._packs.pop(next(iter(self._packs)))
-                self._packs[cache_key] = self._read(segment, path).reshape(-1)
+                array = self._read(segment, path).reshape(-1)
+                held = sum(a.nbytes for a in self._packs.values())
+                while self._packs and held + array.nbytes > PACK_CACHE_BYTES:
+                    held -= self._packs.pop(next(iter(self._packs))).nbytes
+                self._packs[cache_key] = array
             return self._packs[cache_key]
 
     def _file(self, segment: int) -> h5py.File:
