@@ -337,13 +337,9 @@ def report(results: dict, startup: dict | None) -> None:
 
 
 # -- CUDA: inkling_model small bf16, eager -------------------------------------------------------
-def cuda_small_model():
-    """(inkling_model small in bf16 on the GPU with seeded random weights, 256 token ids): the GPU
-    benches' model (also scripts/bench_record_parts.py); imports the model from this checkout when
-    it is not installed."""
+def import_model_from_checkout() -> None:
+    """Make ``inkling_model`` importable from this checkout's model/ when it is not installed."""
     import importlib.util
-
-    import torch
 
     if "inkling_model" not in sys.modules and importlib.util.find_spec("inkling_model") is None:
         spec = importlib.util.spec_from_file_location("inkling_model", os.path.join(ROOT, "model", "__init__.py"),
@@ -351,6 +347,15 @@ def cuda_small_model():
         module = importlib.util.module_from_spec(spec)
         sys.modules["inkling_model"] = module
         spec.loader.exec_module(module)
+
+
+def cuda_small_model():
+    """(inkling_model small in bf16 on the GPU with seeded random weights, 256 token ids): the GPU
+    benches' model (also scripts/bench_record_parts.py); imports the model from this checkout when
+    it is not installed."""
+    import torch
+
+    import_model_from_checkout()
     from inkling_model.config import InklingConfig
     from inkling_model.model import InklingForCausalLM
 

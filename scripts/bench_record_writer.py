@@ -40,18 +40,13 @@ ROW, CAPACITY = 1 << 12, 8 << 20  # staging.ROW and StepBatch's capacity (values
 def probe_list() -> list:
     """(name, shape, dtype) of every probe of one inkling_model small bf16 forward, 256 tokens (a
     CPU forward of the model with seeded random weights)."""
-    import importlib.util
-
     import torch
 
     from inkling_probe import sink
 
-    if "inkling_model" not in sys.modules and importlib.util.find_spec("inkling_model") is None:
-        spec = importlib.util.spec_from_file_location("inkling_model", os.path.join(ROOT, "model", "__init__.py"),
-                                                      submodule_search_locations=[os.path.join(ROOT, "model")])
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["inkling_model"] = module
-        spec.loader.exec_module(module)
+    from bench_record import import_model_from_checkout  # scripts/, on sys.path
+
+    import_model_from_checkout()
     from inkling_model.config import InklingConfig
     from inkling_model.model import InklingForCausalLM
 
