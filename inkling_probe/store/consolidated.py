@@ -29,6 +29,7 @@ import h5py
 import numpy as np
 
 from inkling_probe.store import schema
+from inkling_probe.store.headers import _attr, read_table
 
 FORMAT = "inkling-probe-index"
 VERSION = 1
@@ -193,30 +194,9 @@ def _read(path: str) -> tuple[np.ndarray, np.ndarray, int]:
     fid = h5py.h5f.open(path.encode(), h5py.h5f.ACC_RDONLY)
     try:
         root = h5py.h5g.open(fid, b"/")
-        from inkling_probe.store.headers import _attr
-
         if _attr(root, "format") != FORMAT or int(_attr(root, "version")) != VERSION:
             raise ValueError("not a consolidated index of this version")
-        return (_table(root, b"segments", SEGMENTS_DTYPE, _SEG_TYPE), _table(root, b"index", ROWS_DTYPE, _ROWS_TYPE),
+        return (read_table(root, b"segments", SEGMENTS_DTYPE, _SEG_TYPE), read_table(root, b"index", ROWS_DTYPE, _ROWS_TYPE),
                 int(_attr(root, "written_ns")))
     finally:
         fid.close()
-
-
-def _table(root, name: bytes, dtype: np.dtype, mtype) -> np.ndarray:
-    if root.links.get_info(name).type != h5py.h5l.TYPE_HARD:
-        raise ValueError("not a hard link")
-    ds = h5py.h5d.open(root, name)
-    plist = ds.get_create_plist()
-    if plist.get_layout() == h5py.h5d.VIRTUAL or plist.get_external_count():
-        raise ValueError("data outside the file")
-    tid = ds.get_type()
-    if tid.get_class() != h5py.h5t.COMPOUND or ds.shape is None or len(ds.shape) != 1:
-        raise ValueError("not a table")
-    names = {tid.get_member_name(i).decode() for i in range(tid.get_nmembers())}
-    if any(f not in names for f in dtype.names):
-        raise ValueError("a field is missing")
-    out = np.zeros(ds.shape, dtype=dtype)
-    if out.size:
-        ds.read(h5py.h5s.ALL, h5py.h5s.ALL, out, mtype=mtype)
-    return out

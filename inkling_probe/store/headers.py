@@ -75,22 +75,30 @@ def _has_link(group, name: bytes) -> bool:
 
 
 def _index(root) -> np.ndarray:
-    if root.links.get_info(b"index").type != h5py.h5l.TYPE_HARD:
-        raise Damaged("'index' is not a hard link; a dump holds hard links only")
-    if h5py.h5o.get_info(root, b"index").type != h5py.h5o.TYPE_DATASET:
-        raise Damaged("'index' is not a dataset")
-    ds = h5py.h5d.open(root, b"index")
+    return read_table(root, b"index", schema.INDEX_DTYPE, _INDEX_TYPE, schema.INDEX_FIELDS)
+
+
+def read_table(root, name: bytes, dtype: np.dtype, mtype, fields=None) -> np.ndarray:
+    """The one-dimensional compound table ``name`` under the group ``root``, read into ``dtype`` through
+    the memory type ``mtype``: a hard link to a dataset whose data is inside the file, holding every
+    field of ``fields`` (default: ``dtype``'s); anything else is :class:`Damaged` saying what."""
+    label = name.decode()
+    if root.links.get_info(name).type != h5py.h5l.TYPE_HARD:
+        raise Damaged(f"{label!r} is not a hard link; a dump holds hard links only")
+    if h5py.h5o.get_info(root, name).type != h5py.h5o.TYPE_DATASET:
+        raise Damaged(f"{label!r} is not a dataset")
+    ds = h5py.h5d.open(root, name)
     plist = ds.get_create_plist()
     if plist.get_layout() == h5py.h5d.VIRTUAL or plist.get_external_count():
-        raise Damaged("'index' keeps its data outside the file; refused")
+        raise Damaged(f"{label!r} keeps its data outside the file; refused")
     tid = ds.get_type()
     if tid.get_class() != h5py.h5t.COMPOUND or ds.shape is None or len(ds.shape) != 1:
-        raise Damaged("'index' is not a one-dimensional table")
+        raise Damaged(f"{label!r} is not a one-dimensional table")
     names = {tid.get_member_name(i).decode() for i in range(tid.get_nmembers())}
-    missing = [f for f in schema.INDEX_FIELDS if f not in names]
+    missing = [f for f in (fields or dtype.names) if f not in names]
     if missing:
-        raise Damaged(f"index field {missing[0]!r} is missing")
-    rows = np.zeros(ds.shape, dtype=schema.INDEX_DTYPE)
+        raise Damaged(f"{label} field {missing[0]!r} is missing")
+    rows = np.zeros(ds.shape, dtype=dtype)
     if rows.size:
-        ds.read(h5py.h5s.ALL, h5py.h5s.ALL, rows, mtype=_INDEX_TYPE)
+        ds.read(h5py.h5s.ALL, h5py.h5s.ALL, rows, mtype=mtype)
     return rows
