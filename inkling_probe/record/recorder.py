@@ -2,6 +2,7 @@
 then hands it to the writer (a separate process by default; see store/writer_process.py)."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -361,17 +362,10 @@ def _raiser(error: BaseException):
     return action
 
 
-_SHAPES: dict = {}  # torch.Size -> its index text ('4x128'), made once per shape
-_METAS: dict = {}  # a probe's meta items -> their JSON, made once per distinct meta
-
-
+@functools.lru_cache(maxsize=4096)
 def _shape_text(shape) -> str:
-    text = _SHAPES.get(shape)
-    if text is None:
-        if len(_SHAPES) > 4096:
-            _SHAPES.clear()
-        text = _SHAPES[shape] = schema.shape_text(shape)
-    return text
+    """A torch.Size's index text ('4x128'), made once per shape."""
+    return schema.shape_text(shape)
 
 
 _PLAIN = (str, int, type(None))  # exactly these types: 1, True and 1.0 are equal keys but not equal JSON
@@ -382,13 +376,12 @@ def _meta_text(meta: dict) -> str:
     ``batch_dim``, the model's ``kind``); ~3 us a probe otherwise (lists, floats, ...)."""
     if not all(type(v) in _PLAIN for v in meta.values()):
         return json.dumps(meta, sort_keys=True, default=str)
-    key = tuple(meta.items())
-    text = _METAS.get(key)
-    if text is None:
-        if len(_METAS) > 4096:
-            _METAS.clear()
-        text = _METAS[key] = json.dumps(meta, sort_keys=True, default=str)
-    return text
+    return _plain_meta_text(tuple(meta.items()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _plain_meta_text(items: tuple) -> str:
+    return json.dumps(dict(items), sort_keys=True, default=str)
 
 
 def _ignore_file_size_signal() -> None:

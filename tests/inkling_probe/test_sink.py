@@ -130,3 +130,14 @@ def test_steps_with_nothing_recorded_cost_no_writer_round_trip(tmp_path, monkeyp
             inkling_probe.probe("x", torch.ones(2))
     assert ends == [0]  # steps 1-4 recorded nothing: no segment to end
     assert inkling_probe.open(tmp_path / "d").steps("x") == [0]
+
+
+def test_meta_values_equal_as_keys_stay_distinct_in_the_dump(tmp_path):
+    """The recorder caches a probe's meta JSON: 1, True and 1.0 hash alike, but each is stored as itself."""
+    with inkling_probe.recording(tmp_path / "d"):
+        for name, v in (("i", 1), ("b", True), ("f", 1.0), ("i2", 1), ("s", "x"), ("n", None)):
+            inkling_probe.probe(name, torch.zeros(2), kind=v)
+    d = inkling_probe.open(tmp_path / "d")
+    kinds = {r["key"]: r["meta"]["kind"] for r in d.index}
+    assert kinds == {"i": 1, "b": True, "f": 1.0, "i2": 1, "s": "x", "n": None}
+    assert [type(kinds[k]) for k in ("i", "b", "f")] == [int, bool, float]
