@@ -8,13 +8,22 @@ side by side with the plain forward (inkling_model small bf16, 256 tokens, proce
   ... logits one by one  the same with a float tensor too large for the batch copied on its own
   ... fp32 one by one  the same with float32 tensors copied one by one (only bf16 batched)
   durability=writer    everything, step() waiting for the step before
+  ... writer discards  the same, the writer process taking every message and freeing the ring at once
+                       (no hashing, no writing: what the hand-over itself costs the recording process)
+  ... writer threads 0 the same, the writer hashing and writing on its main thread only
+  ... writer far       the same, the writer process pinned to cores away from the recording process
+                       (another last-level cache where the machine has several)
   durability=disk      everything, step() waiting for the step just ended (the default)
+
+Beside each variant's wall time: CPU ms a forward of the recording thread, of the drain thread and of
+the writer process (all its threads), from /proc.
 
 A developer's tool (it patches internals); needs a CUDA GPU. Run: python scripts/bench_record_parts.py
 [--profile]  (--profile: then a cProfile of the recording thread for two of the variants)
 """
 import cProfile
 import os
+import shutil
 import pstats
 import statistics
 import sys
@@ -70,6 +79,71 @@ def bf16_batches_only(rec) -> None:
     batch.takes = lambda t: t.dtype is torch.bfloat16 and takes(t)
 
 
+_DISCARD = """import os
+if os.environ.get("INKLING_BENCH_WRITER_DISCARDS") == "1":  # scripts/bench_record_parts.py only
+    from inkling_probe.store import writer as _w
+
+    def _add_batch(self, rows, flat, spans, sums=None, *, stats=True, store=True, on_stored=None):
+        if on_stored is not None:
+            on_stored()
+
+    def _add(self, row, array, *, stats=True, store=True, on_stored=None):
+        if on_stored is not None:
+            on_stored()
+
+    _w.SegmentWriter.add_batch, _w.SegmentWriter.add = _add_batch, _add
+"""
+
+
+def discarding_writer_env(folder: str) -> dict:
+    """Environment additions that make a writer process started under them discard what it gets
+    (a sitecustomize on PYTHONPATH: the product has no such switch)."""
+    with open(os.path.join(folder, "sitecustomize.py"), "w") as f:
+        f.write(_DISCARD)
+    path = os.pathsep.join(p for p in (folder, os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": path, "INKLING_BENCH_WRITER_DISCARDS": "1"}
+
+
+def cpu_groups() -> tuple[list[int], list[int]]:
+    """(cores for the recording process, cores for the writer): different last-level caches where
+    the available cores span several, else the two halves of the available cores."""
+    cpus = sorted(os.sched_getaffinity(0))
+    groups: dict = {}
+    for c in cpus:
+        try:
+            with open(f"/sys/devices/system/cpu/cpu{c}/cache/index3/shared_cpu_list") as f:
+                groups.setdefault(f.read().strip(), []).append(c)
+        except OSError:
+            groups.setdefault("?", []).append(c)
+    if len(groups) > 1:
+        first, *rest = groups.values()
+        return first, [c for g in rest for c in g]
+    return cpus[: len(cpus) // 2], cpus[len(cpus) // 2:]
+
+
+def pin_tasks(pid: int, cpus: list[int]) -> None:
+    """Pin every thread of process ``pid`` (and those it starts later) to ``cpus``."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except OSError:
+            pass
+
+
+def far_writer(rec) -> None:
+    pin_tasks(rec._writer._proc.pid, cpu_groups()[1])
+
+
+def cpu_ticks(path: str) -> int:
+    """utime + stime (clock ticks) from a /proc stat file; 0 when it is gone."""
+    try:
+        with open(path) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, IndexError):
+        return 0
+
+
 VARIANTS = {  # name: (durability, patch applied once the recorder's drain exists)
     "record() only": ("writer", nothing_staged),
     "drain, no writer": ("writer", no_writer),
@@ -77,18 +151,34 @@ VARIANTS = {  # name: (durability, patch applied once the recorder's drain exist
     "drain, no writer, logits one by one": ("writer", lambda rec: (no_writer(rec), no_batch_of_its_own(rec))),
     "drain, no writer, fp32 one by one": ("writer", lambda rec: (no_writer(rec), bf16_batches_only(rec))),
     "durability=writer": ("writer", None),
+    "durability=writer, writer discards": ("writer", None),  # started under discarding_writer_env
+    "durability=writer, writer threads 0": ("writer", None),  # recording(writer_threads=0)
+    "durability=writer, writer far": ("writer", far_writer),
     "durability=disk": ("disk", None),
 }
 
 
 def main() -> None:
+    near, far = cpu_groups()
+    pin_tasks(os.getpid(), near)  # the recording process on one side for every variant (plain too)
+    print(f"recording process on cores {near}; 'writer far' on {far}; other writers unpinned")
     model, ids = cuda_small_model()
     root = tempfile.mkdtemp(prefix="bench-parts-")
     recs = {}
+    cpu = {}  # name -> [(recording thread, drain thread, writer process) CPU seconds a forward]
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def threads(rec):
+        drain = getattr(rec, "_drain", None) if rec is not None else None
+        proc = getattr(getattr(rec, "_writer", None), "_proc", None)
+        return (f"/proc/self/task/{drain._thread.native_id}/stat" if drain is not None else "",
+                f"/proc/{proc.pid}/stat" if proc is not None else "")
 
     def run(name):
         rec = recs.get(name)
         sink._RECORDER = rec
+        drain_stat, writer_stat = threads(rec)
+        c0, d0, w0 = time.thread_time(), cpu_ticks(drain_stat), cpu_ticks(writer_stat)
         t0 = time.perf_counter()
         for _ in range(FORWARDS):
             model(ids)
@@ -98,14 +188,27 @@ def main() -> None:
                 rec._writer.wait_for_ends()  # every run ends with its steps on disk
         torch.cuda.synchronize()
         sink._RECORDER = None
-        return (time.perf_counter() - t0) / FORWARDS
+        wall = (time.perf_counter() - t0) / FORWARDS
+        cpu.setdefault(name, []).append(((time.thread_time() - c0) / FORWARDS,
+                                         (cpu_ticks(drain_stat) - d0) / tick / FORWARDS,
+                                         (cpu_ticks(writer_stat) - w0) / tick / FORWARDS))
+        return wall
 
     contexts = []
+    site = tempfile.mkdtemp(prefix="bench-parts-site-")
     with torch.no_grad():
         for name, (durability, patch) in VARIANTS.items():
-            ctx = inkling_probe.recording(os.path.join(root, str(len(contexts))), writer="process",
-                                          durability=durability)
-            recs[name] = ctx.__enter__()
+            extra = discarding_writer_env(site) if "discards" in name else {}
+            saved = {k: os.environ.get(k) for k in extra}
+            os.environ.update(extra)  # the writer process starts with the recording
+            try:
+                ctx = inkling_probe.recording(os.path.join(root, str(len(contexts))), writer="process",
+                                              durability=durability,
+                                              **({"writer_threads": 0} if "threads 0" in name else {}))
+                recs[name] = ctx.__enter__()
+            finally:
+                for k, v in saved.items():
+                    os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
             contexts.append((ctx, recs[name]))
             sink._RECORDER = None
             run(name)  # creates the drain
@@ -114,6 +217,7 @@ def main() -> None:
             run(name)
         names = ["plain", *VARIANTS]
         times = {n: [] for n in names}
+        cpu.clear()
         run("plain")
         for _ in range(ROUNDS):
             for n in names:
@@ -127,16 +231,18 @@ def main() -> None:
     for ctx, rec in contexts:
         sink._RECORDER = rec
         ctx.__exit__(None, None, None)
+    shutil.rmtree(site, ignore_errors=True)
     mb = stored_mb(inkling_probe.open(os.path.join(root, str(len(contexts) - 1))), step=1)
     disk, d2h = disk_rate(), d2h_rate()
     base = statistics.median(times["plain"])
     print(f"GPU {torch.cuda.get_device_name()}, {FORWARDS} forwards a run, {ROUNDS} rounds interleaved; "
-          f"median ms/forward, ratio to plain [quartiles]")
+          f"median ms/forward, ratio to plain [quartiles]; CPU ms/forward: recording thread | drain | writer")
     for n in names:
         ratios = statistics.quantiles([a / b for a, b in zip(times[n], times["plain"])], n=4)
+        c = [statistics.median(x[i] for x in cpu.get(n, [(0, 0, 0)])) * 1e3 for i in range(3)]
         print(f"  {n:36s} {statistics.median(times[n]) * 1e3:6.1f}  {statistics.median(times[n]) / base:.2f}x "
               f"[{ratios[0]:.2f}-{ratios[2]:.2f}]  +{(statistics.median(times[n]) - base) / (mb / disk):.2f} "
-              "of the write's time")
+              f"of the write's time | CPU {c[0]:5.1f} | {c[1]:5.1f} | {c[2]:5.1f}")
     print(f"limit: {mb:.0f} MB a forward; device-to-host at pinned bandwidth ({d2h / 1e3:.1f} GB/s) "
           f"{mb / d2h * 1e3:.1f} ms, the disk's sustained write ({disk:.0f} MB/s) {mb / disk * 1e3:.1f} ms")
 
