@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from inkling_probe.compare import parallel, prefetch
+from inkling_probe.compare import parallel, prefetch, stream
 from inkling_probe.compare.align import Entry
 from inkling_probe.compare.conform import ShapeMismatch, conform, token_dim_of
-from inkling_probe.compare.metrics import Metrics, compare_tensors, compare_with_rows
+from inkling_probe.compare.metrics import Metrics, row_width, compare_tensors, reduce_values
 from inkling_probe.compare.values import CHUNK, Values, as_float64
 from inkling_probe.errors import ProbeError, ValuesNotStored
 
@@ -35,6 +35,7 @@ class Measured:
     cand: Values | None = None
     token_dim: int | None = None
     tokens: list | None = None  # per row, its token(s) where rows are not tokens (compare/experts.py)
+    columns: tuple | None = None  # (dd, rr) [width] per position of a [rows, width] pair, and the total rr
 
 
 def same_bits(a: Entry, b: Entry) -> bool:
@@ -81,6 +82,10 @@ def measure(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: flo
         ahead = parallel.lookup(ref_dump, ref, cand_dump, cand, metric, rtol, batch_rows)
         if ahead is not None and not (ahead.token_rows is not None and set_aside(ahead.token_rows)):
             return ahead
+    if not hashed and not keep and realign is None and tuple(batch_rows) == (None, None) and prefetch.idle():
+        streamed = _streamed(ref_dump, ref, cand_dump, cand, metric, rtol, set_aside)
+        if streamed is not None:
+            return streamed
     try:
         r, c = load(ref_dump, ref), load(cand_dump, cand)
     except ValuesNotStored as e:
@@ -118,12 +123,40 @@ def measure(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: flo
     if out.masked:
         out.metrics = judged_metrics(r, c, td, out.masked, atol, rtol)
     else:  # the per-row sums from the metrics' own pass where the token rows are contiguous
-        out.metrics, sums = compare_with_rows(r, c, atol, rtol, td if not r.packed and r.array.ndim else None)
-    out.error = out.metrics.error(metric)
-    if td is not None and not r.packed and r.array.ndim > 0 and out.metrics.nonfinite_mismatch == 0:
-        out.row_errors, out.row_scale = row_errors_and_scale(r, c, td) if sums is None else errors_from_sums(*sums)
+        out.metrics, sums = reduce_values(r, c, atol, rtol, td if not r.packed and r.array.ndim else None,
+                                          columns=realign is None)
+    _errors(out, metric, sums, td is not None and not r.packed and r.array.ndim > 0, lambda: row_errors_and_scale(r, c, td))
     if keep:
         out.ref, out.cand = r, c
+    return out
+
+
+def _errors(out: Measured, metric: str, sums, rows: bool, from_arrays) -> None:
+    """The error and, for ``rows`` (a token dim), the row errors: from the pass's ``sums``, else
+    ``from_arrays()``; the per-position sums of a diverged candidate's columns are kept for
+    compare/relations.py."""
+    out.error = out.metrics.error(metric)
+    if rows and out.metrics.nonfinite_mismatch == 0:
+        out.row_errors, out.row_scale = from_arrays() if sums is None else errors_from_sums(sums.per, sums.own)
+        if sums is not None and sums.cols is not None:
+            out.columns = (*sums.cols, sums.rr)
+
+
+def _streamed(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: float, set_aside) -> Measured | None:
+    """The measurement of a plain pair read chunk by chunk (compare/stream.py), or None: not plain,
+    or token rows to set aside (the arrays are loaded for that)."""
+    shape = tuple(ref.first["shape"])
+    td = token_dim_of(shape, ref.first.get("token_dim", 0))
+    width = row_width(shape, td)
+    if (td is not None and (width is None or set_aside(shape[td]))) or not shape:
+        return None
+    pair = stream.open_pair(ref_dump, ref, cand_dump, cand)
+    if pair is None:
+        return None
+    with pair:
+        metrics, sums = pair.reduce(rtol * float(ref.first.get("rms") or 0.0), rtol, width, columns=True)
+    out = Measured("ok", metrics, token_dim=td, token_rows=shape[td] if td is not None else None)
+    _errors(out, metric, sums, td is not None, None)
     return out
 
 

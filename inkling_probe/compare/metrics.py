@@ -18,11 +18,12 @@
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from inkling_probe.compare.values import CHUNK, chunks, flat, from_any, unravel, value_shape
+from inkling_probe.compare.values import CHUNK, flat, from_any, unravel, value_shape
 
 METRICS = ("rel_rms", "cosine", "max_abs", "max_rel", "outside", "mismatch")
 
@@ -91,11 +92,49 @@ class Metrics:
         return d
 
 
+class _Buffers:
+    """float64 chunk buffers reused from chunk to chunk and call to call (one set per thread): no
+    chunk allocates, and no whole-tensor float64 copy is ever made."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.r, self.c, self.d, self.t = (np.empty(size) for _ in range(4))  # [size] float64 each
+        self.m = np.empty(size, dtype=bool)
+
+
+_LOCAL = threading.local()
+PIECE = 1 << 16  # values per element-wise pass (a few 512 KiB buffers stay in the core's L2 cache)
+
+
+def _buffers(size: int) -> _Buffers:
+    """This thread's buffers for chunks of ``size`` values (rows wider than CHUNK get their own)."""
+    if size > CHUNK:
+        return _Buffers(size)
+    b = getattr(_LOCAL, "buffers", None)
+    if b is None:
+        b = _LOCAL.buffers = _Buffers(CHUNK)
+    return b
+
+
+@dataclass
+class Sums:
+    """Per-index sums of one pass, over the positions finite on both sides (float64): ``per`` and
+    ``own`` each token row's sum of squared differences and of squared reference values; ``cols``
+    (``(dd, rr)``, or None) the same per position along the rest of a ``[rows, width]`` tensor whose
+    width is one dim; ``rr`` the whole tensor's sum of squared reference values."""
+
+    per: np.ndarray
+    own: np.ndarray
+    cols: tuple | None = None
+    rr: float = 0.0
+
+
 class _Acc:
     """Running float64 sums over chunks; with ``width`` (values a token row holds, the chunks then
-    whole rows), each row's sums of squared differences and of squared reference values too."""
+    whole rows), each row's sums of squared differences and of squared reference values too, and
+    with ``columns`` the same per position within a row."""
 
-    def __init__(self, width: int | None = None):
+    def __init__(self, n: int, width: int | None = None, columns: bool = False, size: int = CHUNK):
         self.rr = self.cc = self.dd = self.rc = 0.0
         self.max_abs, self.max_at = -1.0, None
         self.ref_absmax = 0.0
@@ -105,37 +144,62 @@ class _Acc:
         self.nonfinite_mismatch = 0
         self.first_odd = None  # flat index of the first position where the sides disagree about NaN/Inf
         self.width = width
-        self.per, self.own = [], []  # per chunk: [rows] sums of d^2 and of r^2 (finite positions)
+        self.buf = _buffers(size)
+        rows = n // width if width else 0
+        self.per, self.own = np.zeros(rows), np.zeros(rows)  # [rows] sums of d^2 and of r^2 (finite positions)
+        self.cols = (np.zeros(width), np.zeros(width), np.empty(width)) if width and columns else None
 
-    def add(self, start: int, r: np.ndarray, c: np.ndarray, atol: float, rtol: float) -> None:
+    def add(self, start: int, r_in: np.ndarray, c_in: np.ndarray, atol: float, rtol: float) -> None:
+        """Add the chunk of values ``r_in``, ``c_in`` (flat, any real dtype) starting at ``start``."""
+        r, c = self._f64(r_in, self.buf.r), self._f64(c_in, self.buf.c)
         with np.errstate(invalid="ignore", over="ignore"):
-            rr, cc = float(r @ r), float(c @ c)
+            rr, cc = float(np.dot(r, r)), float(np.dot(c, c))
         if math.isfinite(rr) and math.isfinite(cc):  # no NaN/Inf on either side (an overflow of the
             self._add_finite(start, r, c, atol, rtol, rr, cc)  # squares goes the general way: same sums)
         else:
             self._add_general(start, r, c, atol, rtol)
 
+    @staticmethod
+    def _f64(x: np.ndarray, buf: np.ndarray) -> np.ndarray:
+        if x.dtype == np.float64 and x.flags.c_contiguous:
+            return x
+        out = buf[: x.size]
+        np.copyto(out, x, casting="unsafe")  # the values astype(float64) gives, into the buffer
+        return out
+
     def _add_finite(self, start, r, c, atol, rtol, rr, cc) -> None:
-        """The common case in few passes: no masks needed."""
-        d = c - r
+        """The common case in few passes: no masks needed; element-wise work piece by piece."""
+        n = r.size
+        d = np.subtract(c, r, out=self.buf.d[:n])
         self.rr += rr
         self.cc += cc
-        self.rc += float(r @ c)
-        self.dd += float(d @ d)
-        self._rows(d, r)
-        ad = np.abs(d, out=d)
-        tol = np.abs(r)
-        self._max(start, ad, tol)
-        self.unequal += int(np.count_nonzero(ad))
-        tol *= rtol
-        tol += atol
-        self.outside += int(np.count_nonzero(ad > tol))
+        self.rc += float(np.dot(r, c))
+        self.dd += float(np.dot(d, d))
+        self._rows(start, d, r)
+        outside = unequal = 0
+        for lo in range(0, n, PIECE):
+            hi = min(lo + PIECE, n)
+            ad = np.abs(d[lo:hi], out=d[lo:hi])
+            tol = np.abs(r[lo:hi], out=self.buf.t[lo:hi])
+            self._max(start + lo, ad, tol)
+            tol *= rtol
+            tol += atol
+            out = int(np.count_nonzero(np.greater(ad, tol, out=self.buf.m[lo:hi])))
+            outside += out  # past a tolerance >= 0 is unequal: count those only when some are within it
+            unequal += out if out == hi - lo and atol >= 0 and rtol >= 0 else int(np.count_nonzero(ad))
+        self.outside += outside
+        self.unequal += unequal
 
-    def _rows(self, d: np.ndarray, r0: np.ndarray) -> None:
+    def _rows(self, start: int, d: np.ndarray, r0: np.ndarray) -> None:
         if self.width:
+            lo, hi = start // self.width, (start + d.size) // self.width
             d2, r2 = d.reshape(-1, self.width), r0.reshape(-1, self.width)  # [rows, width]
-            self.per.append(np.einsum("ij,ij->i", d2, d2))
-            self.own.append(np.einsum("ij,ij->i", r2, r2))
+            np.einsum("ij,ij->i", d2, d2, out=self.per[lo:hi])
+            np.einsum("ij,ij->i", r2, r2, out=self.own[lo:hi])
+            if self.cols is not None:
+                dd, rr, tmp = self.cols
+                dd += np.einsum("ij,ij->j", d2, d2, out=tmp)
+                rr += np.einsum("ij,ij->j", r2, r2, out=tmp)
 
     def _max(self, start, ad, abs_r) -> None:
         if not ad.size:
@@ -166,11 +230,16 @@ class _Acc:
         self.cc += float(c0 @ c0)
         self.dd += float(d @ d)
         self.rc += float(r0 @ c0)
-        self._rows(d, r0)
+        self._rows(start, d, r0)
         ad = np.abs(d)
         self._max(start, ad, np.abs(r0))
         self.outside += int(np.count_nonzero(ad > atol + rtol * np.abs(r0))) + odd
         self.unequal += int(np.count_nonzero(both & (c != r))) + odd
+
+    def sums(self) -> Sums | None:
+        if not self.width:
+            return None
+        return Sums(self.per, self.own, self.cols[:2] if self.cols is not None else None, self.rr)
 
 
 def compare_tensors(ref, cand, atol: float = 0.0, rtol: float = 0.0) -> Metrics:
@@ -188,23 +257,46 @@ def compare_with_rows(ref, cand, atol: float = 0.0, rtol: float = 0.0, token_dim
     in :data:`CHUNK` values) and ``row sums`` is ``(per, own)``: each row's sum of squared differences
     and of squared reference values over the positions finite on both sides, float64 ``[rows]``;
     else None."""
+    m, sums = reduce_values(ref, cand, atol, rtol, token_dim)
+    return m, (sums.per, sums.own) if sums is not None else None
+
+
+def reduce_values(ref, cand, atol: float = 0.0, rtol: float = 0.0, token_dim: int | None = None,
+                  columns: bool = False) -> tuple[Metrics, Sums | None]:
+    """:func:`compare_with_rows` with the row sums as :class:`Sums`; ``columns`` adds the sums per
+    position within a row where a row's values are one dim (``[.., rows, width]``, leading dims 1)."""
     rv, cv = from_any(ref), from_any(cand)
     shape = value_shape(rv)
     r, c = flat(rv), flat(cv)
     if r.size != c.size:
         raise ValueError(f"shapes differ: reference {list(shape)} vs candidate {list(value_shape(cv))}")
-    width = _row_width(shape, token_dim) if not rv.packed and not cv.packed else None
-    acc = _Acc(width)
-    size = CHUNK if width is None else max(1, CHUNK // width) * width
-    for start, rc, cc in chunks(r, c, size):
+    width = row_width(shape, token_dim) if not rv.packed and not cv.packed else None
+    size = chunk_size(width)
+    pieces = ((start, r[start: start + size], c[start: start + size]) for start in range(0, r.size, size))
+    return reduce_chunks(pieces, r.size, shape, atol, rtol, width, columns and one_dim_rows(shape, token_dim))
+
+
+def chunk_size(width: int | None) -> int:
+    """Values per chunk: CHUNK, or as many whole rows of ``width`` as fit in it (one at least)."""
+    return CHUNK if width is None else max(1, CHUNK // width) * width
+
+
+def one_dim_rows(shape, d: int | None) -> bool:
+    """A token row's values are one dim of ``shape`` (the dims after ``d`` but one are 1)."""
+    return d is not None and sum(1 for s in shape[d + 1:] if s != 1) <= 1 and len(shape) > d + 1
+
+
+def reduce_chunks(pieces, n: int, shape, atol: float, rtol: float, width: int | None = None,
+                  columns: bool = False) -> tuple[Metrics, Sums | None]:
+    """The metrics (and row sums with ``width``) of ``pieces``: ``(start, r, c)`` flat chunks of
+    :func:`chunk_size` values in order, in any real dtypes, covering ``n`` values of ``shape``."""
+    acc = _Acc(n, width, columns, chunk_size(width))
+    for start, rc, cc in pieces:
         acc.add(start, rc, cc, atol, rtol)
-    sums = None
-    if width:
-        sums = (np.concatenate(acc.per), np.concatenate(acc.own)) if acc.per else (np.zeros(0), np.zeros(0))
-    return _finish(acc, r.size, shape, atol, rtol), sums
+    return _finish(acc, n, shape, atol, rtol), acc.sums()
 
 
-def _row_width(shape, d: int | None) -> int | None:
+def row_width(shape, d: int | None) -> int | None:
     """Values a token row holds when rows along ``d`` are contiguous blocks of the flat values."""
     if d is None or not shape or math.prod(shape[:d]) != 1:
         return None

@@ -100,6 +100,11 @@ def _nbytes(e) -> int:
     return sum(int(r.get("numel") or 0) * size for r in e.rows) or 1
 
 
+def idle() -> bool:
+    """Nothing is being read ahead (a pair may then be read chunk by chunk, compare/stream.py)."""
+    return _ACTIVE is None
+
+
 def take(dump, e):
     """The prefetched array of ``(dump, e)``, or None (nothing prefetching, or not the next one)."""
     return None if _ACTIVE is None else _ACTIVE.take(dump, e)

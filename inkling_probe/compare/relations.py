@@ -23,7 +23,10 @@ downstream; one that is not a permutation cannot make a permutation. Where a fee
 relation (no token rows recorded, shapes that don't match) it is taken to show it: the rule only ever
 adds a culprit where the evidence excludes inheritance. Rows with rows set aside after a routing change
 are not judged on their rows (set-aside rows read exact by construction). Cost: rows are screened from
-their metrics (cosine, rms, ``outside``, token errors) and at most MAX_EXAMINED are explained.
+their metrics (cosine, rms, ``outside``, token errors) and at most MAX_EXAMINED are examined; one is
+explained (its data read again) only when a relation is left open: a relation its tainted feeders
+would all show anyway, or one the walk's sums exclude (a cosine too far from 1 for a constant ratio;
+a divergence on more than half of every dim's indices, which no confinement leaves), cannot mark it.
 """
 from __future__ import annotations
 
@@ -56,7 +59,10 @@ def mark(report: Report, dumps: dict, ents: dict, walker) -> list[Row]:
         examined += 1
         if examined > MAX_EXAMINED:
             break
-        masked = bool(walker.masks.get((row.key, row.step, row.call)))
+        ident = (row.key, row.step, row.call)
+        if _settled(row, tainted, walker.spread.get(ident), _head_dim(ents, ident)):
+            continue  # nothing explain can find would mark it: not read again
+        masked = bool(walker.masks.get(ident))
         for f in explain_row(row, dumps, ents, walker, tp):
             if _holds(f, masked) and not any(shows(t, f, row) for t in tainted):
                 row.born = OWN
@@ -65,6 +71,49 @@ def mark(report: Report, dumps: dict, ents: dict, walker) -> list[Row]:
                 marked.append(row)
                 break
     return marked
+
+
+def _settled(row: Row, tainted: list[Row], spread: bool | None, head_dim) -> bool:
+    """No finding of explain's marks the row, whatever its details: every relation that may hold at
+    it is one some tainted feeder shows (:func:`shows`). ``spread`` (None: not known) says the row's
+    metrics are over the arrays explain reads and whether its divergence is spread (:func:`spread`)."""
+    ok = [t for t in tainted if t.metrics is not None and not t.metrics.nonfinite_mismatch]
+    m = row.metrics
+    ratio = (spread is not None and 1.0 - m.cosine > PARALLEL_SLACK * row.threshold ** 2 + COSINE_ROUNDING) \
+        or any(_parallel(t) for t in ok)
+    permutation = any(tuple(t.shape) == tuple(row.shape) and _rms_kept(t) for t in ok)
+    confinement = (bool(spread) and not head_dim) or len(ok) < len(tainted)
+    return ratio and permutation and confinement
+
+
+# explain's constant ratio needs tan(angle) <= 2 noise, so 1 - cos <= 2 noise^2: excluded past 4x that
+# (the row's cosine and explain's differ by rounding only, COSINE_ROUNDING at most)
+PARALLEL_SLACK = 8.0
+COSINE_ROUNDING = 1e-12
+SPREAD_SLACK = 1.0 + 1e-6  # explain's confined computes the same e_i in another order: ulps apart
+
+
+def spread(row_errors: np.ndarray, columns: tuple, noise: float) -> bool:
+    """The divergence of a ``[rows, width]`` pair is on more than half the token rows and more than
+    half the positions within a row, past explain's confined margin (``columns``: ``(dd, rr, total rr)``
+    of measure.py): explain's confined (compare/explain/confined.py) finds nothing there."""
+    from inkling_probe.compare.explain.confined import MARGIN as CONFINED
+    from inkling_probe.compare.explain.stats import MAX_INDEX
+
+    dd, _, total = columns
+    if not total > 0 or not noise > 0:
+        return False
+    cols = np.sqrt(dd * len(dd) / total)  # [width] e_j, as confined.diverged_indices computes it
+
+    def over_half(e) -> bool:
+        n = len(e)
+        return n < 2 or n > MAX_INDEX or int(np.count_nonzero(e > CONFINED * noise * SPREAD_SLACK)) > n // 2
+    return over_half(np.asarray(row_errors)) and over_half(cols)
+
+
+def _head_dim(ents: dict, ident: tuple):
+    e = ents.get("reference", {}).get(ident)
+    return (e.first.get("meta") or {}).get("head_dim") if e is not None else True
 
 
 def _candidate(row: Row) -> bool:

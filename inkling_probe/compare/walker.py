@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from inkling_probe.compare import coverage, floor, steps
+from inkling_probe.compare import coverage, floor, relations, steps
 from inkling_probe.compare.align import Entry, Pair, layer_of
 from inkling_probe.compare.experts import ExpertCalls
 from inkling_probe.compare.measure import Measured, load, measure, token_rows
@@ -85,6 +85,8 @@ class Walker(RoutingSteps, ExpertCalls):
         self.decision_globs, self.batch_rows = decision_globs, batch_rows
         self.cand, self.ctl = _Side(), _Side()
         self.masks: dict[tuple, list[int]] = {}  # (key, step, call) -> rows set aside in the candidate
+        self.spread: dict[tuple, bool] = {}  # (key, step, call) of a diverged row measured with its columns
+        # -> its divergence is on more than half the indices of every dim (compare/relations.py)
         self.call_counts = {label: _call_counts(e) for label, e in ents.items()}
         self.not_comparable: list[str] = []
 
@@ -188,6 +190,8 @@ class Walker(RoutingSteps, ExpertCalls):
             self._rows_judged(row, m, ctl, reach)
         self.cand.reach.observe(p.key, p.call, p.step, m.token_rows, width, m.row_errors, m.masked,
                                 m.masked_errors, row.diverged, scale)
+        if row.status == "diverged" and m.columns is not None and m.row_errors is not None:
+            self.spread[(p.key, p.step, p.call)] = relations.spread(m.row_errors, m.columns, row.threshold)
         coverage.cover(row, token_rows(p.ref), m.token_rows, len(m.masked or []))
 
     def _control_measure(self, p: Pair, precision, layer=None) -> Measured | None:

@@ -1,0 +1,84 @@
+"""Streaming a plain pair: both tensors read chunk by chunk and reduced, never held whole.
+
+A pair whose two tensors are each one plain contiguous dataset of our own dumps (store/raw.py),
+of the same stored dtype and shape, is measured without loading either array: each chunk of values
+(metrics.chunk_size: the chunks the metrics' pass takes anyway, whole token rows) is read by
+``preadv`` into a buffer reused from chunk to chunk and key to key, reduced, and overwritten by the
+next. The metrics and row sums are bit for bit those of the loaded pair (the same chunks, in the
+same order, through the same code); memory is two chunk buffers whatever the tensor's size.
+
+measure.py decides when a pair may stream (nothing to conform, realign, set aside or keep);
+:func:`open_pair` says None for anything not plain (bfloat16, packs, shards, foreign dumps, a
+damaged or truncated file), and the pair is loaded as before.
+"""
+from __future__ import annotations
+
+import os
+
+from inkling_probe.compare.metrics import chunk_size, reduce_chunks
+from inkling_probe.compare.values import FP4
+from inkling_probe.store import raw
+
+
+class Plain:
+    """The two open datasets of a pair (``with``: the file descriptors are closed after)."""
+
+    def __init__(self, sides: list, shape: tuple, what: tuple):
+        self.sides, self.shape, self.what = sides, shape, what  # [(fd, Plan)] reference, candidate
+
+    def reduce(self, atol: float, rtol: float, width: int | None, columns: bool = False):
+        """(Metrics, Sums) of the pair, as metrics.reduce_values gives them for the loaded arrays."""
+        n, size = raw.numel(self.sides[0][1]), chunk_size(width)
+        return reduce_chunks(self._chunks(n, size), n, self.shape, atol, rtol, width, columns)
+
+    def _chunks(self, n: int, size: int):
+        bufs = [raw.scratch(slot, p.dtype, min(size, n)) for slot, (_, p) in enumerate(self.sides)]
+        for start in range(0, n, size):
+            k = min(size, n - start)
+            yield start, *(raw.read_into(fd, p, start, b[:k], what)
+                           for (fd, p), b, what in zip(self.sides, bufs, self.what))
+
+    def close(self) -> None:
+        for fd, _ in self.sides:
+            os.close(fd)
+        self.sides = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def open_pair(ref_dump, ref, cand_dump, cand) -> Plain | None:
+    """Both entries' datasets when the pair can stream (module docstring), else None."""
+    from inkling_probe.store.reader import Dump
+
+    if type(ref_dump) is not Dump or type(cand_dump) is not Dump:  # noqa: E721 (our own reads only)
+        return None
+    rows = [_one_row(ref_dump, ref), _one_row(cand_dump, cand)]
+    if None in rows or tuple(rows[0]["shape"]) != tuple(rows[1]["shape"]) or ref.dtype != cand.dtype or ref.dtype == FP4:
+        return None  # packed fp4 bytes are not values
+    sides = []
+    for dump, row in zip((ref_dump, cand_dump), rows):
+        got = raw.plain(dump, row)
+        if got is None or got[1].bf16 or (sides and got[1].dtype != sides[0][1].dtype):
+            if got is not None:
+                os.close(got[0])
+            for fd, _ in sides:
+                os.close(fd)
+            return None
+        sides.append(got)
+    what = tuple(f"{d.segments[r['_segment']].path}: {r['dataset']!r}" for d, r in zip((ref_dump, cand_dump), rows))
+    return Plain(sides, tuple(rows[0]["shape"]), what)
+
+
+def _one_row(dump, e) -> dict | None:
+    """The one index row ``dump.array`` would read the entry's values from, or None."""
+    try:
+        rows = dump._pick(e.key, e.step, None, e.call)
+    except Exception:  # missing ranks and the like: the ordinary read says so
+        return None
+    if len(rows) != 1 and rows[0]["shard"] != "replicated":
+        return None
+    return rows[0]
