@@ -35,7 +35,7 @@ class Measured:
     cand: Values | None = None
     token_dim: int | None = None
     tokens: list | None = None  # per row, its token(s) where rows are not tokens (compare/experts.py)
-    columns: tuple | None = None  # (dd, rr) [width] per position of a [rows, width] pair, and the total rr
+    columns: tuple | None = None  # ([width] dd per position over some rows, metrics.Sums; the total rr)
 
 
 def same_bits(a: Entry, b: Entry) -> bool:
@@ -139,7 +139,7 @@ def _errors(out: Measured, metric: str, sums, rows: bool, from_arrays) -> None:
     if rows and out.metrics.nonfinite_mismatch == 0:
         out.row_errors, out.row_scale = from_arrays() if sums is None else errors_from_sums(sums.per, sums.own)
         if sums is not None and sums.cols is not None:
-            out.columns = (*sums.cols, sums.rr)
+            out.columns = (sums.cols, sums.rr)
 
 
 def _streamed(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: float, set_aside) -> Measured | None:

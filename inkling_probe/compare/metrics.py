@@ -120,19 +120,22 @@ def _buffers(size: int) -> _Buffers:
 class Sums:
     """Per-index sums of one pass, over the positions finite on both sides (float64): ``per`` and
     ``own`` each token row's sum of squared differences and of squared reference values; ``cols``
-    (``(dd, rr)``, or None) the same per position along the rest of a ``[rows, width]`` tensor whose
-    width is one dim; ``rr`` the whole tensor's sum of squared reference values."""
+    (``[width]``, or None) the sums of squared differences per position within a row of a ``[rows, width]`` tensor whose
+    width is one dim, summed over some of the rows only (the first PIECE values of every chunk: an
+    eighth of the rows of a large tensor, all of a small one), so each is at most the whole's (a
+    lower bound, what compare/relations.py needs, at an eighth of the cost); ``rr`` the whole
+    tensor's sum of squared reference values."""
 
     per: np.ndarray
     own: np.ndarray
-    cols: tuple | None = None
+    cols: np.ndarray | None = None
     rr: float = 0.0
 
 
 class _Acc:
     """Running float64 sums over chunks; with ``width`` (values a token row holds, the chunks then
     whole rows), each row's sums of squared differences and of squared reference values too, and
-    with ``columns`` the same per position within a row."""
+    with ``columns`` the squared differences per position within a row (over some rows, see Sums)."""
 
     def __init__(self, n: int, width: int | None = None, columns: bool = False, size: int = CHUNK):
         self.rr = self.cc = self.dd = self.rc = 0.0
@@ -147,59 +150,68 @@ class _Acc:
         self.buf = _buffers(size)
         rows = n // width if width else 0
         self.per, self.own = np.zeros(rows), np.zeros(rows)  # [rows] sums of d^2 and of r^2 (finite positions)
-        self.cols = (np.zeros(width), np.zeros(width), np.empty(width)) if width and columns else None
+        self.cols = (np.zeros(width), np.empty(width)) if width and columns else None  # sums, scratch
 
     def add(self, start: int, r_in: np.ndarray, c_in: np.ndarray, atol: float, rtol: float) -> None:
         """Add the chunk of values ``r_in``, ``c_in`` (flat, any real dtype) starting at ``start``."""
-        r, c = self._f64(r_in, self.buf.r), self._f64(c_in, self.buf.c)
+        n, b = r_in.size, self.buf
+        r, c = self._f64(r_in, b.r[:n]), self._f64(c_in, b.c[:n])
+        d = b.d[:n]
         with np.errstate(invalid="ignore", over="ignore"):
+            for lo, hi in self._pieces(n):  # converted and subtracted while in cache
+                for x, x_in in ((r, r_in), (c, c_in)):
+                    if x is not x_in:
+                        np.copyto(x[lo:hi], x_in[lo:hi], casting="unsafe")  # the values astype(float64) gives
+                np.subtract(c[lo:hi], r[lo:hi], out=d[lo:hi])
             rr, cc = float(np.dot(r, r)), float(np.dot(c, c))
         if math.isfinite(rr) and math.isfinite(cc):  # no NaN/Inf on either side (an overflow of the
-            self._add_finite(start, r, c, atol, rtol, rr, cc)  # squares goes the general way: same sums)
+            self._add_finite(start, r, c, d, atol, rtol, rr, cc)  # squares goes the general way: same sums)
         else:
             self._add_general(start, r, c, atol, rtol)
 
     @staticmethod
     def _f64(x: np.ndarray, buf: np.ndarray) -> np.ndarray:
-        if x.dtype == np.float64 and x.flags.c_contiguous:
-            return x
-        out = buf[: x.size]
-        np.copyto(out, x, casting="unsafe")  # the values astype(float64) gives, into the buffer
-        return out
+        """``x`` itself when it is contiguous float64, else the buffer its values go to."""
+        return x if x.dtype == np.float64 and x.flags.c_contiguous else buf
 
-    def _add_finite(self, start, r, c, atol, rtol, rr, cc) -> None:
-        """The common case in few passes: no masks needed; element-wise work piece by piece."""
-        n = r.size
-        d = np.subtract(c, r, out=self.buf.d[:n])
+    def _pieces(self, n: int):
+        """(lo, hi) ranges of about PIECE values, whole rows each where the values are rows."""
+        step = max(1, PIECE // self.width) * self.width if self.width else PIECE
+        return ((lo, min(lo + step, n)) for lo in range(0, n, step))
+
+    def _add_finite(self, start, r, c, d, atol, rtol, rr, cc) -> None:
+        """The common case in few passes: no masks needed; after the dots over the chunk, the
+        element-wise work piece by piece (each piece stays in cache through its passes)."""
         self.rr += rr
         self.cc += cc
         self.rc += float(np.dot(r, c))
         self.dd += float(np.dot(d, d))
-        self._rows(start, d, r)
         outside = unequal = 0
-        for lo in range(0, n, PIECE):
-            hi = min(lo + PIECE, n)
+        for lo, hi in self._pieces(r.size):
             ad = np.abs(d[lo:hi], out=d[lo:hi])
             tol = np.abs(r[lo:hi], out=self.buf.t[lo:hi])
+            self._rows(start + lo, ad, tol, lo == 0)  # |d|^2 = d^2, |r|^2 = r^2 exactly: the same row sums
             self._max(start + lo, ad, tol)
             tol *= rtol
             tol += atol
-            out = int(np.count_nonzero(np.greater(ad, tol, out=self.buf.m[lo:hi])))
+            m = self.buf.m[lo:hi]
+            out = int(np.count_nonzero(np.greater(ad, tol, out=m)))
             outside += out  # past a tolerance >= 0 is unequal: count those only when some are within it
-            unequal += out if out == hi - lo and atol >= 0 and rtol >= 0 else int(np.count_nonzero(ad))
+            unequal += out if out == hi - lo and atol >= 0 and rtol >= 0 else \
+                int(np.count_nonzero(np.not_equal(ad, 0.0, out=m)))  # on bools: 4x count_nonzero(ad)
         self.outside += outside
         self.unequal += unequal
 
-    def _rows(self, start: int, d: np.ndarray, r0: np.ndarray) -> None:
+    def _rows(self, start: int, d: np.ndarray, r0: np.ndarray, cols: bool = True) -> None:
+        """Row sums of ``d`` and ``r0`` (whole rows from ``start``); with ``cols``, their per-position sums too."""
         if self.width:
             lo, hi = start // self.width, (start + d.size) // self.width
             d2, r2 = d.reshape(-1, self.width), r0.reshape(-1, self.width)  # [rows, width]
             np.einsum("ij,ij->i", d2, d2, out=self.per[lo:hi])
             np.einsum("ij,ij->i", r2, r2, out=self.own[lo:hi])
-            if self.cols is not None:
-                dd, rr, tmp = self.cols
+            if self.cols is not None and cols:
+                dd, tmp = self.cols
                 dd += np.einsum("ij,ij->j", d2, d2, out=tmp)
-                rr += np.einsum("ij,ij->j", r2, r2, out=tmp)
 
     def _max(self, start, ad, abs_r) -> None:
         if not ad.size:
@@ -239,7 +251,7 @@ class _Acc:
     def sums(self) -> Sums | None:
         if not self.width:
             return None
-        return Sums(self.per, self.own, self.cols[:2] if self.cols is not None else None, self.rr)
+        return Sums(self.per, self.own, self.cols[0] if self.cols is not None else None, self.rr)
 
 
 def compare_tensors(ref, cand, atol: float = 0.0, rtol: float = 0.0) -> Metrics:

@@ -95,12 +95,14 @@ SPREAD_SLACK = 1.0 + 1e-6  # explain's confined computes the same e_i in another
 
 def spread(row_errors: np.ndarray, columns: tuple, noise: float) -> bool:
     """The divergence of a ``[rows, width]`` pair is on more than half the token rows and more than
-    half the positions within a row, past explain's confined margin (``columns``: ``(dd, rr, total rr)``
-    of measure.py): explain's confined (compare/explain/confined.py) finds nothing there."""
+    half the positions within a row, past explain's confined margin (``columns``: measure.py's per-position
+    sums of squared differences over some of the rows, and the total rr): explain's confined
+    (compare/explain/confined.py) finds nothing there. Sums over some rows are at most the whole's,
+    so a position found off here is off there too."""
     from inkling_probe.compare.explain.confined import MARGIN as CONFINED
     from inkling_probe.compare.explain.stats import MAX_INDEX
 
-    dd, _, total = columns
+    dd, total = columns
     if not total > 0 or not noise > 0:
         return False
     cols = np.sqrt(dd * len(dd) / total)  # [width] e_j, as confined.diverged_indices computes it
