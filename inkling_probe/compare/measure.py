@@ -15,7 +15,7 @@ import numpy as np
 from inkling_probe.compare import parallel, prefetch, stream
 from inkling_probe.compare.align import Entry
 from inkling_probe.compare.conform import ShapeMismatch, conform, token_dim_of
-from inkling_probe.compare.metrics import Metrics, row_width, compare_tensors, reduce_values
+from inkling_probe.compare.metrics import Metrics, compare_tensors, one_dim_rows, reduce_values, row_width
 from inkling_probe.compare.values import CHUNK, Values, as_float64
 from inkling_probe.errors import ProbeError, ValuesNotStored
 
@@ -154,7 +154,7 @@ def _streamed(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: f
     if pair is None:
         return None
     with pair:
-        metrics, sums = pair.reduce(rtol * float(ref.first.get("rms") or 0.0), rtol, width, columns=True)
+        metrics, sums = pair.reduce(rtol * float(ref.first.get("rms") or 0.0), rtol, width, one_dim_rows(shape, td))
     out = Measured("ok", metrics, token_dim=td, token_rows=shape[td] if td is not None else None)
     _errors(out, metric, sums, td is not None, None)
     return out

@@ -79,9 +79,13 @@ def _settled(row: Row, tainted: list[Row], spread: bool | None, head_dim) -> boo
     metrics are over the arrays explain reads and whether its divergence is spread (:func:`spread`)."""
     ok = [t for t in tainted if t.metrics is not None and not t.metrics.nonfinite_mismatch]
     m = row.metrics
-    ratio = (spread is not None and 1.0 - m.cosine > PARALLEL_SLACK * row.threshold ** 2 + COSINE_ROUNDING) \
+    own = spread is not None  # the row's metrics are over explain's arrays
+    ratio = (own and 1.0 - m.cosine > PARALLEL_SLACK * row.threshold ** 2 + COSINE_ROUNDING) \
         or any(_parallel(t) for t in ok)
-    permutation = any(tuple(t.shape) == tuple(row.shape) and _rms_kept(t) for t in ok)
+    # a permutation undone to within the noise keeps the norm to within it: |rms_c - rms_r| <= noise rms_r
+    finite = not (m.ref_nan or m.ref_inf or m.cand_nan or m.cand_inf)
+    permutation = (own and finite and not _rms_kept(row)) \
+        or any(tuple(t.shape) == tuple(row.shape) and _rms_kept(t) for t in ok)
     confinement = (bool(spread) and not head_dim) or len(ok) < len(tainted)
     return ratio and permutation and confinement
 

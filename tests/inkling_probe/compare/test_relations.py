@@ -1,6 +1,7 @@
 """Independent errors without recorded inputs (compare/relations.py): an engine instrumented by hand
 with ``probe()`` records no module inputs, so feeders are guessed from order; a key is still its own
 culprit when it holds an exact relation to the reference that its guessed feeders' errors do not show."""
+import pytest
 import torch
 
 from inkling_probe.compare import compare
@@ -107,3 +108,36 @@ def test_rows_off_where_the_feeder_is_exact_before_them_but_spread_after(tmp_pat
     cand = [(k, _rows(ref_act, rows=(1, 2), by=2.0) if k == "layers.0.mlp.act" else t) for k, t in cand]
     rep = compare(ref, write(tmp_path / "c", [cand]))
     assert [c.key for c in rep.culprits] == ["layers.0.attn_norm", "layers.0.mlp.act"]
+
+
+def _noisy(t, seed):
+    return t + 1e-2 * t.abs().mean() * torch.randn(t.shape, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("faults", ["noise", "three", "rows"])
+def test_rows_settled_from_the_walks_sums_are_not_explained_and_nothing_changes(tmp_path, monkeypatch, faults):
+    """relations.mark explains a row only when a relation is left open: with every key off by noise
+    (spread over every row and column, far from parallel, the rms not kept) few rows are read again;
+    with the screen off, the same report (marks, notes) comes out."""
+    from inkling_probe.compare import diagnose, relations
+
+    record = {"noise": {}, "three": {"layers.1.attn.q": lambda t: t * 448, "layers.1.mlp.w13": _interleave,
+                                     "layers.1.mlp.out": _rows},
+              "rows": {}}[faults]
+    ref = write(tmp_path / "r", [engine(X, layers=2)])
+    cand = engine(X, layers=2, record=record,
+                  compute={"layers.0.attn_norm": _rows} if faults == "rows" else None)
+    if faults == "noise":
+        cand = [(k, _noisy(t, i)) for i, (k, t) in enumerate(cand)]
+    cand = write(tmp_path / "c", [cand])
+    explained = []
+    real = diagnose.explain_row
+    monkeypatch.setattr(diagnose, "explain_row", lambda row, *a, **k: explained.append(row.key) or real(row, *a, **k))
+    on = compare(ref, cand, explain=False, jobs=1).to_dict()
+    n_on = len(explained)
+    monkeypatch.setattr(relations, "_settled", lambda *a: False)
+    off = compare(ref, cand, explain=False, jobs=1).to_dict()
+    assert on == off
+    assert n_on <= len(explained) - n_on  # never more rows read again
+    if faults == "noise":  # only rows whose rms the noise happened to keep are read again
+        assert n_on < len(explained) - n_on
