@@ -184,7 +184,7 @@ if mode == "h5py":  # the same datasets' bytes, read whole with h5py alone
 else:
     from inkling_probe.compare import compare, engine, parallel
     marks = []
-    def timed_mark(*a, _real=engine.relations.mark, **k):  # relations re-reads and explains diverged rows
+    def timed_mark(*a, _real=engine.relations.mark, **k):  # relations explains diverged rows left open
         w, c = time.perf_counter(), time.process_time()
         try:
             return _real(*a, **k)
@@ -264,7 +264,7 @@ def scale(root: str, gb: float, rounds: int = 1, tensor_mib: int = 64) -> None:
               f"{med['cpu_s']:6.1f} CPU s {total / 1e6 / med['cpu_s']:6.0f} MB per CPU s | peak RSS main "
               f"{med['peak_rss'] / MIB:.0f} MiB, per job {per_job / MIB:.0f} MiB over its base "
               f"({per_job / (tensor_mib * MIB):.1f}x the largest tensor); of it relations.mark {med['relations'][0]:.1f} s "
-              f"wall, {med['relations'][1]:.1f} CPU s (re-reads and explains diverged rows, after the walk)")
+              f"wall, {med['relations'][1]:.1f} CPU s (re-reads and explains diverged rows left open, after the walk)")
     print(f"  reports identical across jobs and rounds: {len(docs) == 1}")
     print("  medians over rounds; per round: h5py's time / compare's time in that round; CPU s: the process "
           "and its workers (user + system); per job: the largest peak RSS - RSS after imports")

@@ -1,6 +1,7 @@
 """Measure one aligned pair: load both arrays, conform their shapes, set aside routing changes,
 compute the metrics and the per-row errors. One pair is in memory at a time (the streaming unit
-of compare). numpy only.
+of compare); a plain pair with nothing to conform or set aside is not even that: it is read and
+reduced chunk by chunk (compare/stream.py), to the same numbers. numpy only.
 
 Per-row error: along the token dim, row ``i``'s error is ``e_i = ||c_i - r_i|| / (||r|| / sqrt(n))``:
 the row's error relative to an average row, so a divergence confined to one token is judged on
@@ -145,6 +146,8 @@ def _errors(out: Measured, metric: str, sums, rows: bool, from_arrays) -> None:
 def _streamed(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: float, set_aside) -> Measured | None:
     """The measurement of a plain pair read chunk by chunk (compare/stream.py), or None: not plain,
     or token rows to set aside (the arrays are loaded for that)."""
+    if any(e.first.get("offset", -1) >= 0 or len(e.rows) > 1 for e in (ref, cand)):  # a pack or shards: loaded
+        return None
     shape = tuple(ref.first["shape"])
     td = token_dim_of(shape, ref.first.get("token_dim", 0))
     width = row_width(shape, td)

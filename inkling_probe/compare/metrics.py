@@ -123,8 +123,9 @@ class Sums:
     (``[width]``, or None) the sums of squared differences per position within a row of a ``[rows, width]`` tensor whose
     width is one dim, summed over some of the rows only (the first PIECE values of every chunk: an
     eighth of the rows of a large tensor, all of a small one), so each is at most the whole's (a
-    lower bound, what compare/relations.py needs, at an eighth of the cost); ``rr`` the whole
-    tensor's sum of squared reference values."""
+    lower bound, what compare/relations.py needs, at an eighth of the cost), for PIECE values or
+    more (a smaller pair costs little to read again); ``rr`` the whole tensor's sum of squared
+    reference values."""
 
     per: np.ndarray
     own: np.ndarray
@@ -147,6 +148,7 @@ class _Acc:
         self.nonfinite_mismatch = 0
         self.first_odd = None  # flat index of the first position where the sides disagree about NaN/Inf
         self.width = width
+        self.piece = max(1, PIECE // width) * width if width else PIECE
         self.buf = _buffers(size)
         rows = n // width if width else 0
         self.per, self.own = np.zeros(rows), np.zeros(rows)  # [rows] sums of d^2 and of r^2 (finite positions)
@@ -155,13 +157,13 @@ class _Acc:
     def add(self, start: int, r_in: np.ndarray, c_in: np.ndarray, atol: float, rtol: float) -> None:
         """Add the chunk of values ``r_in``, ``c_in`` (flat, any real dtype) starting at ``start``."""
         n, b = r_in.size, self.buf
-        r, c = self._f64(r_in, b.r[:n]), self._f64(c_in, b.c[:n])
-        d = b.d[:n]
+        r, c, d = self._f64(r_in, b.r[:n]), self._f64(c_in, b.c[:n]), b.d[:n]
         with np.errstate(invalid="ignore", over="ignore"):
             for lo, hi in self._pieces(n):  # converted and subtracted while in cache
-                for x, x_in in ((r, r_in), (c, c_in)):
-                    if x is not x_in:
-                        np.copyto(x[lo:hi], x_in[lo:hi], casting="unsafe")  # the values astype(float64) gives
+                if r is not r_in:
+                    np.copyto(r[lo:hi], r_in[lo:hi], casting="unsafe")  # the values astype(float64) gives
+                if c is not c_in:
+                    np.copyto(c[lo:hi], c_in[lo:hi], casting="unsafe")
                 np.subtract(c[lo:hi], r[lo:hi], out=d[lo:hi])
             rr, cc = float(np.dot(r, r)), float(np.dot(c, c))
         if math.isfinite(rr) and math.isfinite(cc):  # no NaN/Inf on either side (an overflow of the
@@ -176,8 +178,9 @@ class _Acc:
 
     def _pieces(self, n: int):
         """(lo, hi) ranges of about PIECE values, whole rows each where the values are rows."""
-        step = max(1, PIECE // self.width) * self.width if self.width else PIECE
-        return ((lo, min(lo + step, n)) for lo in range(0, n, step))
+        if n <= self.piece:
+            return ((0, n),)
+        return [(lo, min(lo + self.piece, n)) for lo in range(0, n, self.piece)]
 
     def _add_finite(self, start, r, c, d, atol, rtol, rr, cc) -> None:
         """The common case in few passes: no masks needed; after the dots over the chunk, the
@@ -295,14 +298,14 @@ def chunk_size(width: int | None) -> int:
 
 def one_dim_rows(shape, d: int | None) -> bool:
     """A token row's values are one dim of ``shape`` (the dims after ``d`` but one are 1)."""
-    return d is not None and sum(1 for s in shape[d + 1:] if s != 1) <= 1 and len(shape) > d + 1
+    return d is not None and len(shape) > d + 1 and len(shape) - d - 1 - list(shape[d + 1:]).count(1) <= 1
 
 
 def reduce_chunks(pieces, n: int, shape, atol: float, rtol: float, width: int | None = None,
                   columns: bool = False) -> tuple[Metrics, Sums | None]:
     """The metrics (and row sums with ``width``) of ``pieces``: ``(start, r, c)`` flat chunks of
     :func:`chunk_size` values in order, in any real dtypes, covering ``n`` values of ``shape``."""
-    acc = _Acc(n, width, columns, chunk_size(width))
+    acc = _Acc(n, width, columns and n >= PIECE, chunk_size(width))  # a smaller pair is cheap to read again
     for start, rc, cc in pieces:
         acc.add(start, rc, cc, atol, rtol)
     return _finish(acc, n, shape, atol, rtol), acc.sums()

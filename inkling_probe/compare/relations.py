@@ -30,6 +30,8 @@ a divergence on more than half of every dim's indices, which no confinement leav
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from inkling_probe.compare.divergence import DECAY, feeders_of
@@ -103,18 +105,26 @@ def spread(row_errors: np.ndarray, columns: tuple, noise: float) -> bool:
     sums of squared differences over some of the rows, and the total rr): explain's confined
     (compare/explain/confined.py) finds nothing there. Sums over some rows are at most the whole's,
     so a position found off here is off there too."""
-    from inkling_probe.compare.explain.confined import MARGIN as CONFINED
-    from inkling_probe.compare.explain.stats import MAX_INDEX
-
     dd, total = columns
     if not total > 0 or not noise > 0:
         return False
-    cols = np.sqrt(dd * len(dd) / total)  # [width] e_j, as confined.diverged_indices computes it
+    margin, longest = _confined()
+    off = margin * noise * SPREAD_SLACK  # e_i past it is off (e_i as confined.diverged_indices has it)
 
-    def over_half(e) -> bool:
-        n = len(e)
-        return n < 2 or n > MAX_INDEX or int(np.count_nonzero(e > CONFINED * noise * SPREAD_SLACK)) > n // 2
-    return over_half(np.asarray(row_errors)) and over_half(cols)
+    def over_half(bad: np.ndarray) -> bool:  # [n] off or not
+        n = len(bad)
+        return n < 2 or n > longest or int(np.count_nonzero(bad)) > n // 2
+    # rows: e_i = row_errors; positions: e_j = sqrt(dd_j n / total) > off, squared
+    return over_half(np.asarray(row_errors) > off) and over_half(dd * len(dd) > off * off * total)
+
+
+@functools.cache
+def _confined() -> tuple[float, int]:
+    """explain's confined margin and the longest dim it sums (imported when first needed)."""
+    from inkling_probe.compare.explain.confined import MARGIN
+    from inkling_probe.compare.explain.stats import MAX_INDEX
+
+    return MARGIN, MAX_INDEX
 
 
 def _head_dim(ents: dict, ident: tuple):
