@@ -167,7 +167,7 @@ class _Acc:
                 np.subtract(c[lo:hi], r[lo:hi], out=d[lo:hi])
             rr, cc = float(np.dot(r, r)), float(np.dot(c, c))
         if math.isfinite(rr) and math.isfinite(cc):  # no NaN/Inf on either side (an overflow of the
-            self._add_finite(start, r, c, d, atol, rtol, rr, cc)  # squares goes the general way: same sums)
+            self._add_finite(start, r, c, d, atol, rtol, rr, cc, r is not r_in)  # squares: the general way)
         else:
             self._add_general(start, r, c, atol, rtol)
 
@@ -182,9 +182,10 @@ class _Acc:
             return ((0, n),)
         return [(lo, min(lo + self.piece, n)) for lo in range(0, n, self.piece)]
 
-    def _add_finite(self, start, r, c, d, atol, rtol, rr, cc) -> None:
+    def _add_finite(self, start, r, c, d, atol, rtol, rr, cc, own_r: bool) -> None:
         """The common case in few passes: no masks needed; after the dots over the chunk, the
-        element-wise work piece by piece (each piece stays in cache through its passes)."""
+        element-wise work piece by piece (each piece stays in cache through its passes). ``own_r``:
+        ``r`` is this accumulator's buffer, free to overwrite with the tolerances."""
         self.rr += rr
         self.cc += cc
         self.rc += float(np.dot(r, c))
@@ -192,7 +193,7 @@ class _Acc:
         outside = unequal = 0
         for lo, hi in self._pieces(r.size):
             ad = np.abs(d[lo:hi], out=d[lo:hi])
-            tol = np.abs(r[lo:hi], out=self.buf.t[lo:hi])
+            tol = np.abs(r[lo:hi], out=r[lo:hi] if own_r else self.buf.t[lo:hi])
             self._rows(start + lo, ad, tol, lo == 0)  # |d|^2 = d^2, |r|^2 = r^2 exactly: the same row sums
             self._max(start + lo, ad, tol)
             tol *= rtol
