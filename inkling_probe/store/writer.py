@@ -23,6 +23,7 @@ This module imports numpy and h5py only: it runs inside the writer process (writ
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import operator
 import os
@@ -45,6 +46,7 @@ _PACK_PART_BYTES = 1 << 20
 _BATCH_PART_BYTES = 4 << 20  # a batch's tensors are packed into parts of up to this many bytes
 _IOV_MAX = 512  # buffers per pwritev call (Linux allows 1024)
 _MAX_WORKERS = 4
+SERIAL_WRITES = True  # job threads take turns at pwrite (see _Jobs); False: each writes at once
 _SPLIT_BYTES = 4 << 20  # a tensor this large is hashed and written by two job threads at once (the
 # logits, last in a forward, are most of a step's tail: ~1.3 ms of hashing off it per 16 MB)
 
@@ -549,6 +551,9 @@ class _Jobs:
         self._futures: list = []
         self._error: str | None = None
         self._lock = threading.Lock()
+        # one file's writes go one at a time: hashing and statistics run side by side, but writes
+        # into one file serialise on its inode lock in the kernel, where waiters spin
+        self._io = threading.Lock() if SERIAL_WRITES else contextlib.nullcontext()
 
     def submit(self, row: dict, array: np.ndarray, fd: int, offset: int, stats: bool, folder: str,
                on_stored) -> None:
@@ -588,8 +593,9 @@ class _Jobs:
                 for row, array, stats in part:
                     _summarise(row, array, stats)
                 views = [memoryview(np.ascontiguousarray(a)).cast("B") for _, a, _ in part]
-                _reserve_blocks(fd, offset, sum(len(v) for v in views))
-                _pwritev_all(fd, views, offset)
+                with self._io:
+                    _reserve_blocks(fd, offset, sum(len(v) for v in views))
+                    _pwritev_all(fd, views, offset)
         except Exception as e:
             with self._lock:
                 self._error = self._error or _failed(part[0][0], folder, e)  # the part's first tensor
@@ -604,8 +610,9 @@ class _Jobs:
                 if summarise:
                     _summarise(row, array, stats)
                 if write and array.size:
-                    _reserve_blocks(fd, offset, array.nbytes)
-                    _pwrite_all(fd, memoryview(np.ascontiguousarray(array)).cast("B"), offset)
+                    with self._io:
+                        _reserve_blocks(fd, offset, array.nbytes)
+                        _pwrite_all(fd, memoryview(np.ascontiguousarray(array)).cast("B"), offset)
         except Exception as e:
             with self._lock:
                 self._error = self._error or _failed(row, folder, e)
