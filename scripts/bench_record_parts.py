@@ -15,7 +15,6 @@ side by side with the plain forward (inkling_model small bf16, 256 tokens, proce
   ... writer threads N the same, the writer hashing and writing on N job threads (0: its main thread)
   ... writer far       the same, the writer process pinned to cores away from the recording process
                        (another last-level cache where the machine has several)
-  ... seal at N        the same, the drain's batches sealed once they hold N values (2M by default)
   durability=disk      everything, step() waiting for the step just ended (the default)
 
 Beside each variant's wall time: CPU ms a forward of the recording thread, of the drain thread and of
@@ -147,14 +146,6 @@ def pin_tasks(pid: int, cpus: list[int]) -> None:
             pass
 
 
-def seal_at(values: int):
-    """A patch: the drain's batches sealed once they hold ``values`` values."""
-    def patch(rec) -> None:
-        for batch in (rec._drain.batch, *rec._drain._open.values()):
-            batch.seal_values = values
-    return patch
-
-
 def far_writer(rec) -> None:
     pin_tasks(rec._writer._proc.pid, cpu_groups()[1])
 
@@ -181,10 +172,7 @@ VARIANTS = {  # name: (durability, patch applied once the recorder's drain exist
     "durability=writer, writer threads 0": ("writer", None),  # recording(writer_threads=0)
     "durability=writer, writer threads 1": ("writer", None),
     "durability=writer, writer far": ("writer", far_writer),
-    "durability=writer, seal at 8M": ("writer", seal_at(8 << 20)),
     "durability=disk": ("disk", None),
-    "durability=disk, seal at 1M": ("disk", seal_at(1 << 20)),
-    "durability=disk, seal at 8M": ("disk", seal_at(8 << 20)),
     "durability=disk, parallel writes": ("disk", None),
     "durability=disk, writer threads 0": ("disk", None),
     "durability=disk, writer threads 1": ("disk", None),

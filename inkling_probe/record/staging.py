@@ -235,11 +235,8 @@ class StepBatch:
     drain needs.
     """
 
-    def __init__(self, stager, capacity: int = 8 << 20, stats: bool = True, seal_values: int | None = None):
+    def __init__(self, stager, capacity: int = 8 << 20, stats: bool = True):
         self.stager, self.capacity, self.stats = stager, capacity, stats
-        # sealed (handed on) once it holds this many values: the writer gets the forward's bytes as
-        # it runs, not in two or three large batches of which the last lands at the step's end
-        self.seal_values = SEAL_VALUES if seal_values is None else seal_values
         self.rows: list[dict] = []
         self._spans: list[tuple] = []  # (offset, numel, shape) of each tensor in the buffer
         self._used = 0  # values taken, gaps included: a multiple of ROW
@@ -252,11 +249,7 @@ class StepBatch:
 
     def sibling(self) -> "StepBatch":
         """An empty batch with this one's stager, capacity and statistics setting."""
-        return StepBatch(self.stager, self.capacity, self.stats, self.seal_values)
-
-    def full(self) -> bool:
-        """Holds at least ``seal_values`` values: time to seal it."""
-        return self._used >= self.seal_values
+        return StepBatch(self.stager, self.capacity, self.stats)
 
     def takes(self, t) -> bool:
         """Can ``t`` ever go into a batch (float32 or bf16, not empty, at most half the buffer)?"""
@@ -340,9 +333,6 @@ def _bucket(used: int, capacity: int) -> int:
 
 DEVICE_STATS_MIN = 1 << 16  # a batch of fewer values leaves its statistics to the writer (a few
 # kernel launches cost the launch-bound model more than the writer's pass over a few KB)
-SEAL_VALUES = 2 << 20  # a batch is sealed once it holds this many values (4 MB bf16, the size of
-# the writer's pack parts): on an H200, inkling_model small's forward sealed 8M-value batches twice
-# and left ~46 MB for the step's end to wait on (scripts/timeline_record.py)
 ROW = 1 << 12  # values a statistics row holds: tensors start at multiples of it in a batch's buffer
 
 
@@ -485,8 +475,6 @@ class Drain:
             if not open_.fits(t):
                 self._seal(open_)
             open_.append(row, t)
-            if open_.full():
-                self._seal(open_)
             return
         if batch is not None and batch.takes_alone(t):  # e.g. the logits: one copy, stats on the device
             alone = StepBatch(self.stager, capacity=t.numel(), stats=batch.stats)
