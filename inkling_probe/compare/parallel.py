@@ -187,7 +187,7 @@ def _init_worker() -> None:
     import numpy  # noqa: F401  (loads its BLAS)
 
     from inkling_probe.compare import measure  # noqa: F401  (and everything a job imports)
-    from inkling_probe.store import reader  # noqa: F401
+    from inkling_probe.store import dump  # noqa: F401
 
     set_blas_threads(1)  # for the worker's life
     _BASE.append(_usage()["peak_rss"])
@@ -195,7 +195,7 @@ def _init_worker() -> None:
 
 def _run(job: Job):
     from inkling_probe.compare.measure import measure
-    from inkling_probe.store.reader import Dump
+    from inkling_probe.store.dump import Dump
 
     def dump(path):
         if path not in _DUMPS:
@@ -254,7 +254,7 @@ def read_ahead(plan: list[list[Job]], jobs: int | None = None, min_bytes: int = 
             return
         from inkling_probe.compare.prefetch import prefetching
 
-        from inkling_probe.store.reader import Dump
+        from inkling_probe.store.dump import Dump
 
         items = [(dumps[label], e) for js in plan for j in js for label, e in zip(j.labels, (j.ref, j.cand))
                  if j.nbytes >= PREFETCH_MIN_BYTES and type(dumps[label]) is Dump] if dumps else []  # our own

@@ -1,4 +1,4 @@
-"""A foreign dump presented as a :class:`~inkling_probe.store.reader.Dump`: the same index rows,
+"""A foreign dump presented as a :class:`~inkling_probe.store.dump.Dump`: the same index rows,
 keys, steps, ranks and reassembly, tensors read from the foreign files on demand.
 
 Listing reads file headers only (safetensors and .npy headers, .pt files mapped), never tensor
@@ -18,7 +18,7 @@ from inkling_probe.store import schema
 from inkling_probe.store.foreign import layout as lay
 from inkling_probe.store.foreign.loaders import describe, load
 from inkling_probe.store.foreign.names import Source, list_sources
-from inkling_probe.store.reader import Dump
+from inkling_probe.store.dump import Dump
 from inkling_probe.store.segments import Segment
 
 UNDECLARED = "undeclared"  # a multi-rank key whose layout no map rule declares

@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass
 
 from inkling_probe.errors import DumpError, SettingsError
-from inkling_probe.namemap import FOREIGN_RULE_KEYS
+from inkling_probe.store.namemap import FOREIGN_RULE_KEYS
 
 SHARDS = ("concat", "partial", "replicated")
 _RULE_KEYS = FOREIGN_RULE_KEYS
