@@ -258,7 +258,7 @@ def read_ahead(plan: list[list[Job]], jobs: int | None = None, min_bytes: int = 
 
         items = [(dumps[label], e) for js in plan for j in js for label, e in zip(j.labels, (j.ref, j.cand))
                  if j.nbytes >= PREFETCH_MIN_BYTES and type(dumps[label]) is Dump] if dumps else []  # our own
-        # dumps only: their reads are made for two threads (store/reader.py); foreign loaders are not
+        # dumps only: their reads are made for two threads (store/dump.py); foreign loaders are not
         with prefetching(items) as p:
             yield p
         return

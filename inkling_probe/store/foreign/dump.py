@@ -50,7 +50,7 @@ class ForeignDump(Dump):
             if r["shard"] == UNDECLARED and self.world_size == 1:
                 r["shard"], r["dim"] = "replicated", schema.NO_DIM
         rows.sort(key=lambda r: (r["step"], r["seq"], r["rank"]))
-        self._set_rows(rows)  # Dump's indexes (reader.py)
+        self._set_rows(rows)  # Dump's indexes (store/dump.py)
         self._files: OrderedDict = OrderedDict()
         self._packs: dict = {}
 
