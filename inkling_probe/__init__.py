@@ -36,6 +36,6 @@ def __getattr__(name):  # heavy parts load on first use, so `import inkling_prob
         from inkling_probe.views.notebook import callable_compare
         return callable_compare(package)
     if name == "NameMap":
-        from inkling_probe.namemap import NameMap
+        from inkling_probe.store.namemap import NameMap
         return NameMap
     raise AttributeError(f"module 'inkling_probe' has no attribute {name!r}")

@@ -130,7 +130,7 @@ def record(module: torch.nn.Module, path=None, include=None, inputs: bool = True
     batch-composition pair that holds the other side's prompt. Hooks are removed on exit, also
     when the block raises.
     """
-    from inkling_probe.namemap import NameMap
+    from inkling_probe.store.namemap import NameMap
 
     if batch_row is not None and (isinstance(batch_row, bool) or not isinstance(batch_row, int) or batch_row < 0):
         raise ValueError(f"record(batch_row={batch_row!r}): expected a row index >= 0")

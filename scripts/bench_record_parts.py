@@ -10,7 +10,9 @@ side by side with the plain forward (inkling_model small bf16, 256 tokens, proce
   durability=writer    everything, step() waiting for the step before
   ... writer discards  the same, the writer process taking every message and freeing the ring at once
                        (no hashing, no writing: what the hand-over itself costs the recording process)
-  ... writer threads 0 the same, the writer hashing and writing on its main thread only
+  ... parallel writes  the same, the writer's job threads writing into the file at once (before
+                       they took turns)
+  ... writer threads N the same, the writer hashing and writing on N job threads (0: its main thread)
   ... writer far       the same, the writer process pinned to cores away from the recording process
                        (another last-level cache where the machine has several)
   durability=disk      everything, step() waiting for the step just ended (the default)
@@ -80,7 +82,10 @@ def bf16_batches_only(rec) -> None:
 
 
 _DISCARD = """import os
-if os.environ.get("INKLING_BENCH_WRITER_DISCARDS") == "1":  # scripts/bench_record_parts.py only
+if os.environ.get("INKLING_BENCH_PARALLEL_WRITES") == "1":  # scripts/bench_record_parts.py only
+    from inkling_probe.store import writer as _w
+    _w.SERIAL_WRITES = False
+if os.environ.get("INKLING_BENCH_WRITER_DISCARDS") == "1":
     from inkling_probe.store import writer as _w
 
     def _add_batch(self, rows, flat, spans, sums=None, *, stats=True, store=True, on_stored=None):
@@ -95,13 +100,24 @@ if os.environ.get("INKLING_BENCH_WRITER_DISCARDS") == "1":  # scripts/bench_reco
 """
 
 
-def discarding_writer_env(folder: str) -> dict:
+def patched_writer_env(folder: str, name: str) -> dict:
     """Environment additions that make a writer process started under them discard what it gets
-    (a sitecustomize on PYTHONPATH: the product has no such switch)."""
+    ("discards" in the variant's name) or let its job threads write at once ("parallel writes"):
+    a sitecustomize on PYTHONPATH, the product has no such switches."""
+    switch = {"discards": "INKLING_BENCH_WRITER_DISCARDS", "parallel writes": "INKLING_BENCH_PARALLEL_WRITES"}
+    extra = {var: "1" for word, var in switch.items() if word in name}
+    if not extra:
+        return {}
     with open(os.path.join(folder, "sitecustomize.py"), "w") as f:
         f.write(_DISCARD)
-    path = os.pathsep.join(p for p in (folder, os.environ.get("PYTHONPATH", "")) if p)
-    return {"PYTHONPATH": path, "INKLING_BENCH_WRITER_DISCARDS": "1"}
+    extra["PYTHONPATH"] = os.pathsep.join(p for p in (folder, os.environ.get("PYTHONPATH", "")) if p)
+    return extra
+
+
+def writer_threads(name: str) -> dict:
+    """recording()'s writer_threads for a variant named '... writer threads N', else nothing."""
+    words = name.split()
+    return {"writer_threads": int(words[-1])} if "threads" in words else {}
 
 
 def cpu_groups() -> tuple[list[int], list[int]]:
@@ -151,10 +167,15 @@ VARIANTS = {  # name: (durability, patch applied once the recorder's drain exist
     "drain, no writer, logits one by one": ("writer", lambda rec: (no_writer(rec), no_batch_of_its_own(rec))),
     "drain, no writer, fp32 one by one": ("writer", lambda rec: (no_writer(rec), bf16_batches_only(rec))),
     "durability=writer": ("writer", None),
-    "durability=writer, writer discards": ("writer", None),  # started under discarding_writer_env
+    "durability=writer, writer discards": ("writer", None),  # started under patched_writer_env
+    "durability=writer, parallel writes": ("writer", None),  # started under patched_writer_env
     "durability=writer, writer threads 0": ("writer", None),  # recording(writer_threads=0)
+    "durability=writer, writer threads 1": ("writer", None),
     "durability=writer, writer far": ("writer", far_writer),
     "durability=disk": ("disk", None),
+    "durability=disk, parallel writes": ("disk", None),
+    "durability=disk, writer threads 0": ("disk", None),
+    "durability=disk, writer threads 1": ("disk", None),
 }
 
 
@@ -198,13 +219,12 @@ def main() -> None:
     site = tempfile.mkdtemp(prefix="bench-parts-site-")
     with torch.no_grad():
         for name, (durability, patch) in VARIANTS.items():
-            extra = discarding_writer_env(site) if "discards" in name else {}
+            extra = patched_writer_env(site, name)
             saved = {k: os.environ.get(k) for k in extra}
             os.environ.update(extra)  # the writer process starts with the recording
             try:
                 ctx = inkling_probe.recording(os.path.join(root, str(len(contexts))), writer="process",
-                                              durability=durability,
-                                              **({"writer_threads": 0} if "threads 0" in name else {}))
+                                              durability=durability, **writer_threads(name))
                 recs[name] = ctx.__enter__()
             finally:
                 for k, v in saved.items():

@@ -8,7 +8,7 @@ inside a function: a lazy import is a dependency too). An arrow that closes a lo
 (B also reaches A) is an upward import: it has no place in a house where every room stands above
 what it uses. A file circle is a set of files that import each other in a loop. Module names map to
 folders through pyproject.toml's ``package-dir`` (``inkling_model`` is ``model/``). Tests are no rooms.
-tests/test_structure.py holds the model's rooms to zero loops and zero circles.
+tests/model/test_structure.py holds every folder of both packages to zero loops and zero circles.
 """
 from __future__ import annotations
 

@@ -97,7 +97,7 @@ def spans(evs, tag):
         if g == tag + "<": st = t
         elif g == tag + ">" and st is not None: out.append((st, t)); st = None
     return out
-for tag in ("m.fwd", "m.step", "m.flush", "m.ack", "d.batch", "d.wait", "d.ringwait", "m.ringwait", "w.add", "w.create", "w.end", "w.jobswait", "w.finish"):
+for tag in ("m.fwd", "m.step", "m.flush", "m.ack", "d.batch", "d.wait", "d.ringwait", "m.ringwait", "w.add", "w.batch", "w.create", "w.end", "w.jobswait", "w.finish"):
     s = spans(allev, tag)
     tot = sum(b - a for a, b in s)
     print(f"{tag:12s} n={len(s):4d} total {tot*1e3:8.1f} ms  per step {tot/N*1e3:7.2f} ms")

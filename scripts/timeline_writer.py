@@ -39,6 +39,16 @@ def timed_jobs(jobs_cls, events: list) -> None:
         finally:
             events.append((time.monotonic(), "job>", info))
     jobs_cls.submit, jobs_cls._run = logged_submit, logged_run
+    run_part = jobs_cls._run_part
+
+    def logged_run_part(self, part, *a, **k):
+        info = {"bytes": int(sum(array.nbytes for _, array, _ in part)), "thread": threading.get_ident()}
+        events.append((time.monotonic(), "job<", info))
+        try:
+            return run_part(self, part, *a, **k)
+        finally:
+            events.append((time.monotonic(), "job>", info))
+    jobs_cls._run_part = logged_run_part
 
 
 def main() -> None:
@@ -46,7 +56,7 @@ def main() -> None:
 
     events = []
     timed_jobs(W._Jobs, events)
-    for cls, name, tag in ((W.SegmentWriter, "add", "w.add"), (W.SegmentWriter, "end_segment", "w.end"),
+    for cls, name, tag in ((W.SegmentWriter, "add", "w.add"), (W.SegmentWriter, "add_batch", "w.batch"), (W.SegmentWriter, "end_segment", "w.end"),
                            (W.SegmentWriter, "_finish", "w.finish"), (W._Jobs, "wait", "w.jobswait"),
                            (W.SegmentWriter, "_create_dataset", "w.create")):
         timed(cls, name, tag, events)

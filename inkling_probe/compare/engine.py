@@ -62,7 +62,7 @@ def _compare(ref, cand, control=None, *, name_map=None, metric: str = "rel_rms",
     """
     import math
 
-    from inkling_probe.namemap import NameMap
+    from inkling_probe.store.namemap import NameMap
 
     if metric == "max_abs" and threshold is None and control is None:
         raise ValueError("metric max_abs has no dtype default: pass a threshold or a control")

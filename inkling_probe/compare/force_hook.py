@@ -29,7 +29,7 @@ from inkling_probe.settings import matches_any
 def force_routing(model, ref_dump, *, routers=("*.mlp.gate",), name_map=None, weights=None):
     """Hooks on every router of ``model`` (module paths matching ``routers``), removed on exit."""
     from inkling_probe.compare.align import entries
-    from inkling_probe.namemap import NameMap
+    from inkling_probe.store.namemap import NameMap
     from inkling_probe.store.reader import as_dump
 
     found = [(p, m) for p, m in model.named_modules() if p and matches_any(p, list(routers))]

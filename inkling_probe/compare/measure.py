@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from inkling_probe.compare import parallel, prefetch, stream
+from inkling_probe.compare import prefetch, readahead, stream
 from inkling_probe.compare.align import Entry
 from inkling_probe.compare.conform import ShapeMismatch, conform, token_dim_of
 from inkling_probe.compare.metrics import Metrics, compare_tensors, one_dim_rows, reduce_values, row_width
@@ -80,7 +80,7 @@ def measure(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: flo
     may reorder both conformed arrays (weights in the order of their routing ids)."""
     hashed = same_bits(ref, cand) and batch_rows == (None, None)
     if not hashed and not keep and realign is None:  # measured ahead in a worker (compare/parallel.py)?
-        ahead = parallel.lookup(ref_dump, ref, cand_dump, cand, metric, rtol, batch_rows)
+        ahead = readahead.lookup(ref_dump, ref, cand_dump, cand, metric, rtol, batch_rows)
         if ahead is not None and not (ahead.token_rows is not None and set_aside(ahead.token_rows)):
             return ahead
     if not hashed and not keep and realign is None and tuple(batch_rows) == (None, None) and prefetch.idle():

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from inkling_probe.errors import ProbeError
-from inkling_probe.store.reader import Dump
+from inkling_probe.store.dump import Dump
 
 FUSED = "fused"
 KINDS = ("text", "image", "audio")

@@ -25,6 +25,7 @@ from collections import OrderedDict
 from concurrent.futures import Future, ProcessPoolExecutor
 
 from inkling_probe.compare.align import Entry, Pair
+from inkling_probe.compare.readahead import active, installed, key_of, lookup  # noqa: F401  (lookup: its old home)
 
 MIN_BYTES = 64 << 20  # below this much data to read, worker start-up costs more than it saves
 PREFETCH_MIN_BYTES = 1 << 20  # with one job, pairs smaller than this are read by the walker (packs)
@@ -33,7 +34,6 @@ PREFETCH_MIN_BYTES = 1 << 20  # with one job, pairs smaller than this are read b
 # CPU of reading in the walker (the thread's copies compete for the same core and memory bandwidth);
 # it can only pay where a core is idle and reads wait on the disk. Kept for that measurement.
 THREAD_READ_AHEAD = False
-_ACTIVE: "ReadAhead | None" = None  # the read-ahead of the compare running in this process
 LAST_WORKERS: dict = {}  # pid -> {"cpu_s", "peak_rss"} of the last read-ahead's workers (benchmarks)
 
 
@@ -97,12 +97,6 @@ def one_blas_thread():
         yield
     finally:
         restore_blas_threads(undo)
-
-
-def key_of(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: float, batch_rows) -> tuple:
-    """What makes two measurements the same computation."""
-    return (ref_dump.path, ref.key, ref.step, ref.call, cand_dump.path, cand.key, cand.step, cand.call,
-            metric, float(rtol), tuple(batch_rows))
 
 
 class Job:
@@ -193,7 +187,7 @@ def _init_worker() -> None:
     import numpy  # noqa: F401  (loads its BLAS)
 
     from inkling_probe.compare import measure  # noqa: F401  (and everything a job imports)
-    from inkling_probe.store import reader  # noqa: F401
+    from inkling_probe.store import dump  # noqa: F401
 
     set_blas_threads(1)  # for the worker's life
     _BASE.append(_usage()["peak_rss"])
@@ -201,7 +195,7 @@ def _init_worker() -> None:
 
 def _run(job: Job):
     from inkling_probe.compare.measure import measure
-    from inkling_probe.store.reader import Dump
+    from inkling_probe.store.dump import Dump
 
     def dump(path):
         if path not in _DUMPS:
@@ -220,13 +214,6 @@ def _usage() -> dict:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return {"cpu_s": ru.ru_utime + ru.ru_stime, "peak_rss": ru.ru_maxrss * 1024,
             "base_rss": _BASE[0] if _BASE else 0}
-
-
-def lookup(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: float, batch_rows):
-    """The read-ahead's result for this measurement, or None (no read-ahead, or not planned)."""
-    if _ACTIVE is None:
-        return None
-    return _ACTIVE.take(key_of(ref_dump, ref, cand_dump, cand, metric, rtol, batch_rows))
 
 
 def plan_of(dumps: dict, pairs: list[Pair], rtol_of, metric: str, batch_rows, control_entry) -> list[list[Job]]:
@@ -256,10 +243,9 @@ def read_ahead(plan: list[list[Job]], jobs: int | None = None, min_bytes: int = 
     """Measure ``plan`` ahead in ``jobs`` worker processes (default: the cores) while the body runs;
     with one job, read its arrays ahead in a thread instead (compare/prefetch.py; ``dumps``: compare's
     dumps by label); nothing runs ahead with less than ``min_bytes`` to read."""
-    global _ACTIVE
     jobs = default_jobs() if jobs is None else jobs
     total = sum(j.nbytes for js in plan for j in js)
-    if total < min_bytes or _ACTIVE is not None:
+    if total < min_bytes or active() is not None:
         yield None
         return
     if jobs <= 1:
@@ -268,20 +254,19 @@ def read_ahead(plan: list[list[Job]], jobs: int | None = None, min_bytes: int = 
             return
         from inkling_probe.compare.prefetch import prefetching
 
-        from inkling_probe.store.reader import Dump
+        from inkling_probe.store.dump import Dump
 
         items = [(dumps[label], e) for js in plan for j in js for label, e in zip(j.labels, (j.ref, j.cand))
                  if j.nbytes >= PREFETCH_MIN_BYTES and type(dumps[label]) is Dump] if dumps else []  # our own
-        # dumps only: their reads are made for two threads (store/reader.py); foreign loaders are not
+        # dumps only: their reads are made for two threads (store/dump.py); foreign loaders are not
         with prefetching(items) as p:
             yield p
         return
     ahead = ReadAhead(plan, jobs)
-    _ACTIVE = ahead
     try:
-        yield ahead
+        with installed(ahead):  # measure.measure takes its results through readahead.lookup
+            yield ahead
     finally:
-        _ACTIVE = None
         ahead.close()
 
 
@@ -290,12 +275,12 @@ def walk_ahead(dumps: dict, ents: dict, pairs: list[Pair], metric: str, batch_ro
     """:func:`read_ahead` for the walker's pairs: the tolerance each is expected to be measured
     with is the walker's base threshold for the precision seen so far along ``pairs``."""
     from inkling_probe.compare import floor
-    from inkling_probe.compare.walker import _Side
+    from inkling_probe.compare.side import Side
 
     stack = contextlib.ExitStack()
     stack.enter_context(one_blas_thread())
 
-    side, rtols = _Side(), {}
+    side, rtols = Side(), {}
     for p in pairs:
         _, _, precision = side.advance(p.key, p.step, [p.ref.dtype, p.cand.dtype])
         rtols[id(p)] = floor.base_threshold(precision)

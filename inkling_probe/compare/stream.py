@@ -52,7 +52,7 @@ class Plain:
 
 def open_pair(ref_dump, ref, cand_dump, cand) -> Plain | None:
     """Both entries' datasets when the pair can stream (module docstring), else None."""
-    from inkling_probe.store.reader import Dump
+    from inkling_probe.store.dump import Dump
 
     if type(ref_dump) is not Dump or type(cand_dump) is not Dump:  # noqa: E721 (our own reads only)
         return None

@@ -10,8 +10,6 @@ much of its key was judged (:mod:`.coverage`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from inkling_probe.compare import coverage, floor, relations, steps
@@ -19,9 +17,9 @@ from inkling_probe.compare.align import Entry, Pair, layer_of
 from inkling_probe.compare.experts import ExpertCalls
 from inkling_probe.compare.measure import Measured, load, measure, token_rows
 from inkling_probe.compare.ranks import check_replicated
-from inkling_probe.compare.reach import Reach
 from inkling_probe.compare.report import Report, Row, join_notes, score_of
 from inkling_probe.compare.routing import RoutingSteps
+from inkling_probe.compare.side import Side
 from inkling_probe.compare.values import as_float64, is_integer
 from inkling_probe.errors import ProbeError
 from inkling_probe.settings import matches_any
@@ -34,48 +32,6 @@ K_ROW = 3.0
 MIN_ROW_VALUES = 16  # rows narrower than this are too noisy to judge alone (top-k weights, gammas)  # a token row diverges past K_ROW x its allowance (rows fluctuate more than tensors)
 
 
-@dataclass
-class _Side:
-    """Running state of one compared dump (candidate or control) along execution order."""
-
-    precision: str | None = None
-    layers_seen: dict = field(default_factory=dict)  # step -> set of layers
-    aside: dict = field(default_factory=dict)  # step -> (token rows, set of changed rows)
-    reach: Reach = field(default_factory=Reach)  # the changed decisions and what they reach
-    tally: dict = field(default_factory=dict)  # decision key -> [changed, seen] over steps
-    flips: dict = field(default_factory=dict)  # (key, step, call) -> Decision
-    routed: dict = field(default_factory=dict)  # (step, layer) -> (tokens, k) of a decision seen there
-    ids: dict = field(default_factory=dict)  # (step, layer) -> (reference ids, candidate ids) [T, k]
-    decided: dict = field(default_factory=dict)  # (step, layer) -> (ref ids, other ids, Decision, scored)
-    same_ids: dict = field(default_factory=dict)  # (step, layer) -> reference Entry of a decision equal on both sides
-
-    def advance(self, key: str, step: int, dtypes) -> tuple[int | None, int, str | None]:
-        """(layer, depth, precision) of the next key."""
-        layer = layer_of(key)
-        seen = self.layers_seen.setdefault(step, set())
-        if layer is not None:
-            seen.add(layer)
-        running = [d for d in dtypes if floor.precision_rank(d) and floor.precision_rank(d) < 0.1]
-        self.precision = floor.coarsest(self.precision, *running)
-        return layer, len(seen), floor.coarsest(self.precision, *dtypes)
-
-    def set_aside(self, step: int, layer=None):
-        """``n -> rows``: the changed tokens' own rows (set aside after their decision, in its step)."""
-        return lambda n: self.reach.aside(step, layer, n) or None
-
-    def changed_in(self, step: int) -> tuple[int | None, set]:
-        return self.aside.get(step, (None, set()))
-
-    def note_changes(self, step: int, n_rows: int, rows, layer=None, kind: str = "routing") -> None:
-        """The changed tokens of a decision: set aside after it, reaching later rows (reach.py)."""
-        if not rows:
-            return
-        old_n, old = self.aside.get(step, (n_rows, set()))
-        if old_n == n_rows:
-            self.aside[step] = (n_rows, old | set(rows))
-        self.reach.add(step, layer, n_rows, rows, kind)
-
-
 class Walker(RoutingSteps, ExpertCalls):
     """Builds one :class:`Row` per aligned pair (and the control-only rows)."""
 
@@ -83,7 +39,7 @@ class Walker(RoutingSteps, ExpertCalls):
         self.dumps, self.ents, self.report = dumps, ents, report
         self.metric, self.user, self.k = metric, user, k
         self.decision_globs, self.batch_rows = decision_globs, batch_rows
-        self.cand, self.ctl = _Side(), _Side()
+        self.cand, self.ctl = Side(), Side()
         self.masks: dict[tuple, list[int]] = {}  # (key, step, call) -> rows set aside in the candidate
         self.spread: dict[tuple, bool] = {}  # (key, step, call) of a diverged row measured with its columns
         # -> its divergence is on more than half the indices of every dim (compare/relations.py)
@@ -134,7 +90,7 @@ class Walker(RoutingSteps, ExpertCalls):
     def _ctl_entry(self, p: Pair) -> Entry | None:
         return self.ents.get("control", {}).get((p.key, p.step, p.call))
 
-    def _not_comparable(self, p: Pair, side: _Side, label: str) -> str:
+    def _not_comparable(self, p: Pair, side: Side, label: str) -> str:
         ident = (p.key, p.step)
         n_ref, n_other = self.call_counts["reference"].get(ident), self.call_counts[label].get(ident)
         if n_ref != n_other:
@@ -318,7 +274,7 @@ class Walker(RoutingSteps, ExpertCalls):
         if not ctl:
             return []
         ref = self.ents["reference"]
-        side, out = _Side(), []
+        side, out = Side(), []
         for ident, cand_e in sorted(self.ents["candidate"].items(), key=lambda kv: (kv[0][1], kv[1].seq, kv[0][2])):
             if ident in ref or ident not in ctl:
                 continue

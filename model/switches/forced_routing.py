@@ -25,7 +25,7 @@ class ForcedRouting:
 
     def __init__(self, path: str):
         from inkling_probe.compare.align import entries, layer_of
-        from inkling_probe.namemap import NameMap
+        from inkling_probe.store.namemap import NameMap
         from inkling_probe.store.reader import as_dump
 
         self.path = path

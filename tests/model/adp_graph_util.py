@@ -34,7 +34,7 @@ def same_rows(eager: str, other: str, check_forward: bool = True, near: str | No
     the rows that differ (keys ending in ``near`` may, by <= 1e-6).
     ``check_forward`` False: the ``forward``/``graph_bs`` meta may differ (graph against eager)."""
     from inkling_model.generate import PAD_REQUEST
-    from inkling_probe.store.reader import Dump
+    from inkling_probe.store.dump import Dump
 
     a, b = Dump(eager, dp_raw=True), Dump(other, dp_raw=True)
     skip = () if check_forward else ("forward", "graph_bs")

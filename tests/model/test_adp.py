@@ -12,7 +12,7 @@ from inkling_model.cli.run import command
 from inkling_model.config import InklingConfig
 from inkling_probe.cli import group
 from inkling_probe.compare import compare
-from inkling_probe.store.reader import Dump
+from inkling_probe.store.dump import Dump
 
 # three requests of different lengths: group 0 serves 0 and 2, group 1 serves 1 (it idles while 0, 2 decode)
 REQUESTS = ["5,6,7,8,9,10,11,12,13,14", "300,301,302,303,304,305,306", "40,41,42,43,44,45,46,47,48,49,50,51"]

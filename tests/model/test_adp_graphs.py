@@ -40,7 +40,7 @@ def test_static_path_takes_the_fixed_gather_and_records_as_eager(tmp_path, monke
     # batch size) and 3 decode steps
     assert calls["fixed"] == moe_layers * (3 + 3) and calls["sized"] == moe_layers * (1 + 3 + 1)
     assert same_rows(str(tmp_path / "eager"), str(tmp_path / "static")) == []
-    from inkling_probe.store.reader import Dump
+    from inkling_probe.store.dump import Dump
 
     d = Dump(str(tmp_path / "static"), dp_raw=True)
     assert [r["meta"]["requests"] for r in d.rows("logits", 2)] == [[[0, 1], [2, 1], [4, 1]]]
@@ -57,7 +57,7 @@ def test_dp2_static_recording_names_rows_as_eager(tmp_path):
     from inkling_model.checkpoint.synthetic import write_random_checkpoint
     from inkling_model.config import InklingConfig
     from inkling_model.parallel import spawn
-    from inkling_probe.store.reader import Dump
+    from inkling_probe.store.dump import Dump
 
     from adp_graph_util import CASES, dp_record_job
 

@@ -1,9 +1,11 @@
-"""The model's rooms stand one above another (scripts/structure.py): no loop between rooms (no upward
-import), no circle of files; the switches the layers read are leaves; their old plug-in paths are the
+"""The rooms of both packages stand one above another (scripts/structure.py): in every folder of
+``model/`` and ``inkling_probe/``, no loop between rooms (no upward import) and no circle of files; the switches the layers read are leaves; their old plug-in paths are the
 same modules. The script itself finds a planted loop and a planted circle."""
 import importlib.util
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,6 +23,34 @@ def test_model_rooms_have_no_upward_import_and_no_circle():
     assert r["rooms"] >= 12 and r["arrows"] > 30  # the model was read, not an empty folder
     assert r["upward"] == [] and r["room_loops"] == [], r["upward"]
     assert r["file_circles"] == [], r["file_circles"]
+
+
+def _package_folders(top: str) -> list[str]:
+    return sorted(p.parent.relative_to(ROOT).as_posix() for p in (ROOT / top).rglob("__init__.py"))
+
+
+@pytest.mark.parametrize("top", ["model", "inkling_probe"])
+def test_every_folder_has_no_upward_import_and_no_circle(top):
+    """Each package folder, sub-folders included (``inkling_probe/compare``, ``inkling_probe/store``...),
+    is a house of its own: its rooms import downward only and no files import each other in a loop."""
+    s = _structure()
+    edges = s.graph(ROOT)
+    folders = _package_folders(top)
+    assert len(folders) >= 8, folders  # the sub-packages were found
+    found = {}
+    for folder in folders:
+        r = s.rooms_of(folder, edges)
+        if r["upward"] or r["file_circles"]:
+            found[folder] = (r["upward"], r["file_circles"])
+    assert found == {}, found
+
+
+def test_the_toolkit_was_read():
+    s = _structure()
+    edges = s.graph(ROOT)
+    r = s.rooms_of("inkling_probe", edges)
+    assert r["rooms"] >= 19 and r["arrows"] > 40, r  # not an empty folder
+    assert "inkling_probe/store/namemap.py" in edges["inkling_probe/store/foreign/layout.py"]  # a lazy import
 
 
 def test_switches_are_leaves_of_the_model():

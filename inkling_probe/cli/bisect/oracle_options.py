@@ -50,7 +50,7 @@ def check_map(name_map) -> None:
     if name_map is None:
         return
     from inkling_probe.errors import ProbeError
-    from inkling_probe.namemap import NameMap
+    from inkling_probe.store.namemap import NameMap
 
     try:
         NameMap.load(name_map)

@@ -32,7 +32,7 @@ def open_foreign(path, name_map=None, pattern: str | None = None, params: dict |
     ``pattern``: a regex over file paths with groups key, step, rank, call; ``params``: sizes the
     map's splits use; ``token_dim``: every tensor's token dim (-1: none, "auto": as our hooks find it)
     where the map does not say."""
-    from inkling_probe.namemap import NameMap
+    from inkling_probe.store.namemap import NameMap
     from inkling_probe.store.foreign.dump import ForeignDump
 
     path = os.fspath(path)

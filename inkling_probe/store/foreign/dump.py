@@ -1,4 +1,4 @@
-"""A foreign dump presented as a :class:`~inkling_probe.store.reader.Dump`: the same index rows,
+"""A foreign dump presented as a :class:`~inkling_probe.store.dump.Dump`: the same index rows,
 keys, steps, ranks and reassembly, tensors read from the foreign files on demand.
 
 Listing reads file headers only (safetensors and .npy headers, .pt files mapped), never tensor
@@ -18,7 +18,7 @@ from inkling_probe.store import schema
 from inkling_probe.store.foreign import layout as lay
 from inkling_probe.store.foreign.loaders import describe, load
 from inkling_probe.store.foreign.names import Source, list_sources
-from inkling_probe.store.reader import Dump
+from inkling_probe.store.dump import Dump
 from inkling_probe.store.segments import Segment
 
 UNDECLARED = "undeclared"  # a multi-rank key whose layout no map rule declares
@@ -50,7 +50,7 @@ class ForeignDump(Dump):
             if r["shard"] == UNDECLARED and self.world_size == 1:
                 r["shard"], r["dim"] = "replicated", schema.NO_DIM
         rows.sort(key=lambda r: (r["step"], r["seq"], r["rank"]))
-        self._set_rows(rows)  # Dump's indexes (reader.py)
+        self._set_rows(rows)  # Dump's indexes (store/dump.py)
         self._files: OrderedDict = OrderedDict()
         self._packs: dict = {}
 

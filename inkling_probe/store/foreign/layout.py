@@ -1,7 +1,7 @@
 """A name map read as a foreign dump's layout: each recorded key's canonical name, how its ranks'
 shards combine, its token dim, and fused tensors split back into their parts.
 
-A rule of a name map (namemap.py) may carry, besides ``match`` and ``to``:
+A rule of a name map (store/namemap.py) may carry, besides ``match`` and ``to``:
 
     shard = "concat"            # "concat" (with dim), "partial" (sum) or "replicated"
     dim = -1                    # the concat dim
@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass
 
 from inkling_probe.errors import DumpError, SettingsError
-from inkling_probe.namemap import FOREIGN_RULE_KEYS
+from inkling_probe.store.namemap import FOREIGN_RULE_KEYS
 
 SHARDS = ("concat", "partial", "replicated")
 _RULE_KEYS = FOREIGN_RULE_KEYS

@@ -1,4 +1,4 @@
-"""Tensors out of foreign files, in the reader's numpy conventions (store/reader.py ``Dump.array``):
+"""Tensors out of foreign files, in the reader's numpy conventions (store/dump.py ``Dump.array``):
 bf16 as its exact float32, 8-bit floats as their exact float16, packed fp4 as its bytes.
 
 Each loader lists a file's tensors (:func:`describe`: name inside the file, shape, dtype, meta)

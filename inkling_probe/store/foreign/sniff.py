@@ -4,7 +4,7 @@
   pickle (``\\x80`` protocol byte, or the legacy magic number pickled first);
 - ``npz``: a zip archive of ``.npy`` members; ``npy``: ``\\x93NUMPY``;
 - ``safetensors``: an 8-byte little-endian header length, then a JSON header starting with ``{``;
-- ``hdf5``: our own store (``\\x89HDF``), read by store/reader.py, not here.
+- ``hdf5``: our own store (``\\x89HDF``), read by store/dump.py, not here.
 """
 from __future__ import annotations
 

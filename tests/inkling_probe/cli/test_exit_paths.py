@@ -63,7 +63,7 @@ def test_read_commands_import_no_torch(dump, args):
 
 def test_name_map_that_is_a_directory_is_a_one_line_error(tmp_path):
     from inkling_probe.errors import SettingsError
-    from inkling_probe.namemap import NameMap
+    from inkling_probe.store.namemap import NameMap
 
     with pytest.raises(SettingsError, match=f"^{tmp_path}: a directory, not a regular file \\(name map\\)"):
         NameMap.load(tmp_path)
@@ -73,7 +73,7 @@ def test_catastrophic_name_map_pattern_runs_in_linear_time():
     import time
 
     from inkling_probe.errors import SettingsError
-    from inkling_probe.namemap import NameMap
+    from inkling_probe.store.namemap import NameMap
 
     t0 = time.perf_counter()
     bad = NameMap.from_toml("[[rule]]\nmatch = '(a+)+b'\nto = 'x'\n")  # RE2: no backtracking

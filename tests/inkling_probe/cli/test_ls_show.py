@@ -47,9 +47,9 @@ def test_ls_json_filters_and_stats(dump):
 
 
 def test_ls_reads_only_the_index(dump, monkeypatch):
-    from inkling_probe.store import reader
+    from inkling_probe.store import dump as dump_module
 
-    monkeypatch.setattr(reader.Dump, "_load_array", lambda *a: pytest.fail("ls read tensor data"))
+    monkeypatch.setattr(dump_module.Dump, "_load_array", lambda *a: pytest.fail("ls read tensor data"))
     assert run("ls", dump).exit_code == 0
 
 

@@ -10,7 +10,7 @@ import torch
 
 from inkling_probe.compare import compare, measure, stream
 from inkling_probe.compare.align import entries
-from inkling_probe.store.reader import Dump
+from inkling_probe.store.dump import Dump
 
 from dumps import write
 

@@ -136,7 +136,7 @@ def test_with_compression_a_batch_is_not_packed_so_large_tensors_stay_compressed
 def test_the_readers_pack_cache_is_bounded_by_bytes(tmp_path, monkeypatch):
     """Parts hold up to 4 MiB now: the reader keeps the packs it read up to PACK_CACHE_BYTES, not a
     count of packs (64 parts would be 256 MiB), and reads every tensor right after dropping some."""
-    from inkling_probe.store import reader
+    from inkling_probe.store import dump as dump_module
 
     shapes = [(1024, 1024)] * 6  # 4 MiB each: one part each
     flat, spans = batch(shapes)
@@ -144,7 +144,7 @@ def test_the_readers_pack_cache_is_bounded_by_bytes(tmp_path, monkeypatch):
     w = SegmentWriter(tmp_path, 0, 1, run_id="0123456789ab", workers=0)
     w.add_batch(rows, flat, spans, None)
     w.close(complete_through_step=0)
-    monkeypatch.setattr(reader, "PACK_CACHE_BYTES", 9 << 20)
+    monkeypatch.setattr(dump_module, "PACK_CACHE_BYTES", 9 << 20)
     d = inkling_probe.open(tmp_path)
     assert len({r["dataset"] for r in d.index}) == 6 and all(r["offset"] == 0 for r in d.index)
     for _ in range(2):

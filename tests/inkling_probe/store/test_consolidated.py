@@ -11,6 +11,7 @@ import torch
 import inkling_probe
 from inkling_probe.errors import DumpError
 from inkling_probe.store import consolidated, segments
+from inkling_probe.store import dump as dump_module
 
 from dumps import write
 
@@ -46,7 +47,7 @@ def _opened(monkeypatch):
         return real(p)
 
     monkeypatch.setattr(segments, "read_segment", spy)
-    monkeypatch.setattr(inkling_probe.store.reader, "read_segment", spy)
+    monkeypatch.setattr(dump_module, "read_segment", spy)
     return seen
 
 

@@ -7,7 +7,7 @@ import torch
 
 from dumps import write_tp
 from inkling_probe.errors import DumpError
-from inkling_probe.store.reader import Dump
+from inkling_probe.store.dump import Dump
 
 ROWS = {0: torch.arange(0, 12.0).reshape(6, 2), 1: torch.arange(100, 112.0).reshape(6, 2),
         2: torch.arange(200, 206.0).reshape(3, 2)}  # request id -> its token rows [n, 2]

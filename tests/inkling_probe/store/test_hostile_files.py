@@ -13,7 +13,7 @@ import torch
 
 import inkling_probe
 from inkling_probe.errors import DumpError
-from inkling_probe.store import reader
+from inkling_probe.store.dump import MAX_OPEN_FILES
 
 from dumps import write
 
@@ -133,7 +133,7 @@ def test_more_segments_than_open_files_allowed_all_read(tmp_path):
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     segments, open_files, total = out.stdout.split()
-    assert int(segments) == n and int(open_files) == reader.MAX_OPEN_FILES
+    assert int(segments) == n and int(open_files) == MAX_OPEN_FILES
     assert float(total) == 2 * sum(range(n))
 
 

@@ -64,7 +64,7 @@ def test_sizes_are_bounded_before_reading(tmp_path):
 
 def test_name_maps_and_saved_compare_documents_go_through_it(tmp_path, fifo):
     from inkling_probe.errors import ProbeError, SettingsError
-    from inkling_probe.namemap import NameMap
+    from inkling_probe.store.namemap import NameMap
     from inkling_probe.views.doc import as_doc
 
     with pytest.raises(SettingsError, match="a FIFO"):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from inkling_probe.namemap import NameMap
+from inkling_probe.store.namemap import NameMap
 from inkling_probe.store.foreign import open_foreign
 from inkling_probe.store.foreign.sglang_format import SGLangDumpWriter
 

@@ -10,7 +10,7 @@ import torch
 
 import inkling_probe
 from inkling_probe.errors import DumpError
-from inkling_probe.namemap import NameMap
+from inkling_probe.store.namemap import NameMap
 from inkling_probe.store.foreign import open_foreign
 from inkling_probe.store.foreign.dump import ForeignDump
 from inkling_probe.store.foreign.sglang_format import SGLangDumpWriter

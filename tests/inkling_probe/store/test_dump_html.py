@@ -5,7 +5,7 @@ import re
 import torch
 
 import inkling_probe
-from inkling_probe.views.dump_html import dump_html
+from inkling_probe.store.dump_html import dump_html
 
 from dumps import write_tp
 

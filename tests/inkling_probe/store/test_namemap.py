@@ -1,7 +1,7 @@
 import pytest
 
 from inkling_probe.errors import SettingsError
-from inkling_probe.namemap import NameMap
+from inkling_probe.store.namemap import NameMap
 
 RULES = r"""
 [[rule]]
