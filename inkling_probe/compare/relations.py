@@ -25,8 +25,9 @@ adds a culprit where the evidence excludes inheritance. Rows with rows set aside
 are not judged on their rows (set-aside rows read exact by construction). Cost: rows are screened from
 their metrics (cosine, rms, ``outside``, token errors) and at most MAX_EXAMINED are examined; one is
 explained (its data read again) only when a relation is left open: a relation its tainted feeders
-would all show anyway, or one the walk's sums exclude (a cosine too far from 1 for a constant ratio;
-a divergence on more than half of every dim's indices, which no confinement leaves), cannot mark it.
+would all show anyway, or one the walk's sums exclude (a cosine too far from 1 for a constant ratio,
+an rms not kept for a layout permutation, a divergence on more than half of every dim's indices for
+a confinement), cannot mark it.
 """
 from __future__ import annotations
 
