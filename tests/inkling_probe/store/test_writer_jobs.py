@@ -267,3 +267,32 @@ def test_blocks_are_not_reserved_on_tmpfs_where_it_would_zero_them_first(tmp_pat
         assert np.array_equal(inkling_probe.open(os.path.join(d, "a")).array("t1", 0), arrays(4)[1])
     write(tmp_path / "b", 0, arrays(4))
     assert W._in_memory(os.open(tmp_path, os.O_RDONLY)) or len(calls) == 4  # a disk: reserved
+
+
+@pytest.mark.parametrize("serial", [True, False])
+def test_job_threads_take_turns_at_writing_into_the_segment(tmp_path, monkeypatch, serial):
+    """Four job threads hash side by side but write one at a time (``SERIAL_WRITES``); with it off
+    they overlap. The dump is the same either way."""
+    import time
+
+    from inkling_probe.store import writer as W
+
+    monkeypatch.setattr(W, "SERIAL_WRITES", serial)
+    inside, most, lock = [0], [0], threading.Lock()
+    real = W._pwrite_all
+
+    def slow_pwrite(fd, data, offset):
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.005)  # long enough for another job thread to arrive
+        real(fd, data, offset)
+        with lock:
+            inside[0] -= 1
+    monkeypatch.setattr(W, "_pwrite_all", slow_pwrite)
+    data = arrays(16)
+    write(tmp_path / "d", 4, data)
+    assert most[0] == 1 if serial else most[0] > 1
+    d = inkling_probe.open(tmp_path / "d")
+    for i, arr in enumerate(data):
+        assert np.array_equal(d.array(f"t{i}", 0), arr, equal_nan=True)
