@@ -60,15 +60,19 @@ def open_pair(ref_dump, ref, cand_dump, cand) -> Plain | None:
     if None in rows or tuple(rows[0]["shape"]) != tuple(rows[1]["shape"]) or ref.dtype != cand.dtype or ref.dtype == FP4:
         return None  # packed fp4 bytes are not values
     sides = []
-    for dump, row in zip((ref_dump, cand_dump), rows):
-        got = raw.plain(dump, row)
-        if got is None or got[1].bf16 or (sides and got[1].dtype != sides[0][1].dtype):
+    try:
+        for dump, row in zip((ref_dump, cand_dump), rows):
+            got = raw.plain(dump, row)
             if got is not None:
-                os.close(got[0])
-            for fd, _ in sides:
-                os.close(fd)
-            return None
-        sides.append(got)
+                sides.append(got)
+            if got is None or got[1].bf16 or got[1].dtype != sides[0][1].dtype:
+                for fd, _ in sides:
+                    os.close(fd)
+                return None
+    except BaseException:  # the descriptors taken so far are ours to close
+        for fd, _ in sides:
+            os.close(fd)
+        raise
     what = tuple(f"{d.segments[r['_segment']].path}: {r['dataset']!r}" for d, r in zip((ref_dump, cand_dump), rows))
     return Plain(sides, tuple(rows[0]["shape"]), what)
 

@@ -121,10 +121,10 @@ def plain(dump, row: dict) -> tuple[int, Plan] | None:
     if row.get("offset", -1) >= 0 or not row.get("dataset") or "_parts" in row:
         return None
     with dump._lock:
-        f = dump._file(row["_segment"])
         try:
+            f = dump._file(row["_segment"])
             p = plan(safe_dataset(f, row["dataset"]))
-        except Exception:  # damaged: the ordinary read says what is wrong
+        except Exception:  # damaged or unopenable: the ordinary read says what is wrong
             return None
         if p is None or numel(p) != row["numel"] or not fits(f.id.get_vfd_handle(), p):
             return None

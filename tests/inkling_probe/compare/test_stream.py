@@ -121,3 +121,28 @@ def test_read_into_reads_any_range(tmp_path, dtype):
                 raw.read_into(fd, p, 99999, raw.scratch(0, p.dtype, 2), "x")
         finally:
             os.close(fd)
+
+
+def test_a_segment_that_cannot_be_opened_is_unreadable_and_leaks_no_descriptor(tmp_path):
+    """The candidate's segment cut to 4 KiB after the dump was opened: measure says 'unreadable'
+    with the file's name (the loaded path's answer), never raises, and keeps no descriptor open."""
+    a = torch.randn(600, 256, generator=G)
+    ref = write(str(tmp_path / "r"), [[("x", a)]])
+    cand = write(str(tmp_path / "c"), [[("x", a + 1e-2 * torch.randn(600, 256, generator=G))]])
+    dr, dc = Dump(ref), Dump(cand)
+    er, ec = entries(dr, None, "reference"), entries(dc, None, "candidate")
+    for name in os.listdir(cand):
+        if name.endswith(".h5"):
+            with open(os.path.join(cand, name), "r+b") as f:
+                f.truncate(4096)
+    def measure_all():
+        for i, e in er.items():
+            m = measure.measure(dr, e, dc, ec[i], "rel_rms", 1e-3)
+            assert m.status == "unreadable" and ".h5" in m.note
+
+    measure_all()  # the reference's segment is opened once and kept (the dump's open files)
+    fds = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    for _ in range(5):
+        measure_all()
+    if fds is not None:
+        assert len(os.listdir("/proc/self/fd")) == fds  # one leaked a call before
