@@ -252,7 +252,7 @@ class ExpertCalls:
         """Measured over the rows whose slots both sides hold, paired by slot under the fitting
         layouts that pair them closest; (Measured, an other-side entry) or (None, None) when no row
         pairs."""
-        from inkling_probe.compare.measure import Measured, judged_metrics, load, row_errors_and_scale
+        from inkling_probe.compare.measure import Measured, abs_tolerance, judged_metrics, load, row_errors_and_scale
         from inkling_probe.compare.values import Values
         from inkling_probe.errors import ProbeError
         if not pl.pairings or pl.recorded == pl.aside:
@@ -300,7 +300,7 @@ class ExpertCalls:
         rv, cv = Values(ra, r.dtype), Values(ca.astype(ra.dtype, copy=False), dtype_c)
         if np.array_equal(ra, ca):
             out.status = "exact"
-        atol = rtol * float(p.ref.first.get("rms") or 0.0)
+        atol = abs_tolerance(p.ref, rtol)
         out.metrics = judged_metrics(rv, cv, 0, None, atol, rtol)
         out.error = out.metrics.error(self.metric)
         if out.metrics.nonfinite_mismatch == 0:

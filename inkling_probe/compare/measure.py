@@ -119,7 +119,7 @@ def measure(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: flo
             idx[td] = rows
             arr[tuple(idx)] = r.array[tuple(idx)]
             c, out.masked = Values(arr, c.dtype), rows
-    atol = rtol * float(ref.first.get("rms") or 0.0)
+    atol = abs_tolerance(ref, rtol)
     sums = None
     if out.masked:
         out.metrics = judged_metrics(r, c, td, out.masked, atol, rtol)
@@ -130,6 +130,11 @@ def measure(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: flo
     if keep:
         out.ref, out.cand = r, c
     return out
+
+
+def abs_tolerance(ref: Entry, rtol: float) -> float:
+    """The absolute tolerance beside ``rtol``: ``rtol`` times the reference tensor's rms (its index row)."""
+    return rtol * float(ref.first.get("rms") or 0.0)
 
 
 def _errors(out: Measured, metric: str, sums, rows: bool, from_arrays) -> None:
@@ -157,7 +162,7 @@ def _streamed(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: f
     if pair is None:
         return None
     with pair:
-        metrics, sums = pair.reduce(rtol * float(ref.first.get("rms") or 0.0), rtol, width, one_dim_rows(shape, td))
+        metrics, sums = pair.reduce(abs_tolerance(ref, rtol), rtol, width, one_dim_rows(shape, td))
     out = Measured("ok", metrics, token_dim=td, token_rows=shape[td] if td is not None else None)
     _errors(out, metric, sums, td is not None, None)
     return out

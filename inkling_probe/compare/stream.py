@@ -59,22 +59,21 @@ def open_pair(ref_dump, ref, cand_dump, cand) -> Plain | None:
     rows = [_one_row(ref_dump, ref), _one_row(cand_dump, cand)]
     if None in rows or tuple(rows[0]["shape"]) != tuple(rows[1]["shape"]) or ref.dtype != cand.dtype or ref.dtype == FP4:
         return None  # packed fp4 bytes are not values
-    sides = []
+    sides, pair = [], None
     try:
         for dump, row in zip((ref_dump, cand_dump), rows):
             got = raw.plain(dump, row)
             if got is not None:
                 sides.append(got)
             if got is None or got[1].bf16 or got[1].dtype != sides[0][1].dtype:
-                for fd, _ in sides:
-                    os.close(fd)
                 return None
-    except BaseException:  # the descriptors taken so far are ours to close
-        for fd, _ in sides:
-            os.close(fd)
-        raise
-    what = tuple(f"{d.segments[r['_segment']].path}: {r['dataset']!r}" for d, r in zip((ref_dump, cand_dump), rows))
-    return Plain(sides, tuple(rows[0]["shape"]), what)
+        what = tuple(f"{d.segments[r['_segment']].path}: {r['dataset']!r}" for d, r in zip((ref_dump, cand_dump), rows))
+        pair = Plain(sides, tuple(rows[0]["shape"]), what)
+        return pair
+    finally:
+        if pair is None:  # not streamed, or failed: the descriptors taken so far are ours to close
+            for fd, _ in sides:
+                os.close(fd)
 
 
 def _one_row(dump, e) -> dict | None:
