@@ -133,13 +133,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--forwards", type=int, default=4)
     ap.add_argument("--no-torch-profiler", action="store_true")
-    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--variants", default=";".join(VARIANTS), help="names separated by ;")
     args = ap.parse_args()
     out = os.environ.get("OUT", tempfile.gettempdir())
     instrument()
     model, ids = cuda_small_model()
     root = tempfile.mkdtemp(prefix="profile-record-")
-    names = [n for n in args.variants.split(",") if n]
+    names = [n for n in args.variants.split(";") if n]
     recs, contexts = {}, []
 
     def run(name):

@@ -263,7 +263,8 @@ class Recorder:
             from inkling_probe.record.staging import Drain, StepBatch
             stager = self._stager or self._device_stager()
             batch = StepBatch(stager, stats=self.settings.mode != "hash") if self._stager is None else None
-            self._drain = Drain(stager, self._write, batch, self._write_batch, self._free_slot)
+            self._drain = Drain(stager, self._write, batch, self._write_batch, self._free_slot,
+                                threaded=self.mode != "process")  # a message to the writer process: cheap
             stager.cancelled = lambda: self._drain.error if self._drain is not None else None
         if self._drain.error is not None:
             raise self._drain.error
