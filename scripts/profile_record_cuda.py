@@ -53,7 +53,7 @@ def timed(owner, name: str, tag: str) -> None:
 def instrument() -> None:
     for owner, name, tag in (
             (R.Recorder, "record", "m.record"), (R.Recorder, "next_step", "m.next_step"),
-            (S.Drain, "_seal", "m.seal"), (S.StepBatch, "append", "m.append"), (S.Drain, "flush", "m.flush"),
+            (S.Drain, "_seal", "m.seal"), (S.Drain, "_pump", "m.pump"), (S.Drain, "_handle", "x.handle"), (S.StepBatch, "append", "m.append"), (S.Drain, "flush", "m.flush"),
             (WP.ProcessWriter, "_acks_due", "m.acks_due"),
             (S.Drain, "_drain_batch", "d.batch"), (S.Drain, "_drain_one", "d.one"),
             (S.CudaStager, "wait", "d.event_wait"), (R.Recorder, "_write_batch", "d.write_batch"),
@@ -97,12 +97,13 @@ def snapshot(rec) -> dict:
     me = threading.get_native_id()
     snap = {"main": task_stats("self", me)}
     drain = getattr(rec, "_drain", None) if rec is not None else None
-    snap["drain"] = task_stats("self", drain._thread.native_id) if drain is not None else (0, 0, 0, 0)
+    thread = getattr(drain, "_thread", None)  # None: the recording thread hands over
+    snap["drain"] = task_stats("self", thread.native_id) if thread is not None else (0, 0, 0, 0)
     proc = getattr(getattr(rec, "_writer", None), "_proc", None)
     snap["writer"] = process_stats(proc.pid) if proc is not None else (0, 0, 0, 0)
     others = [0, 0, 0, 0]  # the recording process's other threads (CUDA's, torch's)
     for tid in os.listdir("/proc/self/task"):
-        if int(tid) not in (me, drain._thread.native_id if drain is not None else -1):
+        if int(tid) not in (me, thread.native_id if thread is not None else -1):
             for i, v in enumerate(task_stats("self", tid)):
                 others[i] += v
     snap["others"] = tuple(others)

@@ -2,24 +2,26 @@
 
 A probed CUDA tensor is copied into a pinned host buffer with ``non_blocking=True`` on the current
 stream (so after the kernel that produced it, and before anything later on that stream can reuse
-its memory), an event is recorded behind the copy, and the (row, buffer, event) goes to a drain
-thread. bf16 stays 2 bytes a value all the way to the file (the store keeps bf16 as itself), so the
-host does no conversion pass. The forward goes on at once; the
-drain thread waits for each event in order and hands the buffer to the writer; the buffer goes back
-to the pool once the writer has copied or written it (``done``, perhaps from a writer job thread). ``step()`` and ``close()``
-wait until everything queued is with the writer, so a step is on disk when ``step()`` returns,
-as with synchronous copies.
+its memory), an event is recorded behind the copy, and the (row, buffer, event) is queued for the
+:class:`Drain`. bf16 stays 2 bytes a value all the way to the file (the store keeps bf16 as itself),
+so the host does no conversion pass. The forward goes on at once; the drain hands each buffer to
+the writer once its event has completed, in order (with the process writer the recording thread
+itself does, at its next probes; with the inline writer a drain thread); the buffer goes back to
+the pool once the writer has copied or written it (``done``, perhaps from a writer job thread).
+``step()`` and ``close()`` wait until everything queued is with the writer, so a step is on disk
+when ``step()`` returns, as with synchronous copies.
 
 Float32 and bf16 tensors (nearly everything a model records) are not copied one by one: each is
-copied into a slice of the open device buffer of its dtype (:class:`StepBatch`, one kernel a
-probe). When the buffer fills, the stream changes or the step ends, six kernels compute per-row
-statistics of the whole buffer (:func:`row_stats`) and one copy brings buffer and row statistics
-to pinned host buffers; the drain thread adds each tensor's rows up. So the host never makes a pass
-over the values for statistics, and the recording thread launches one kernel per probe (the model
-is launch-bound: the recording thread's launches are what a recorded forward pays for).
+copied into a slice of the open device buffer of its dtype (:class:`StepBatch`, one copy a probe,
+issued with the CUDA runtime's ``cudaMemcpyAsync`` where it can). When the buffer fills, the stream
+changes or the step ends, four kernels compute per-row statistics of the whole buffer
+(:func:`row_stats`) and one copy brings buffer and row statistics to pinned host buffers; the drain
+adds each tensor's rows up. So the host never makes a pass over the values for statistics, and the
+recording thread issues one copy per probe (the model is launch-bound: the recording thread's
+launches are what a recorded forward pays for).
 
 The device parts (pinned buffers, copies, events) sit behind :class:`CudaStager`; tests drive the
-same queue, thread and batches with CPU stand-ins.
+same queue, drain and batches with CPU stand-ins.
 """
 from __future__ import annotations
 
@@ -77,6 +79,14 @@ class CudaStager:
             event = self._events.pop() if self._events else torch.cuda.Event(blocking=True)
         event.record()
         return event
+
+    def order_after_current(self, stream) -> None:
+        """Make ``stream`` wait for what is queued on the current stream so far (a pooled event:
+        ``wait_stream`` would create and destroy one each time)."""
+        event = self.record()
+        stream.wait_event(event)
+        with self._room:
+            self._events.append(event)  # the wait took the event's state: it may be recorded again
 
     def wait(self, token) -> None:
         token[0].synchronize()
@@ -313,7 +323,7 @@ class StepBatch:
         side = None
         if self._stream is not None:  # CUDA: the rest on the side stream, after what is queued so far
             side = self.stager.side_stream(self._buffer.device)
-            side.wait_stream(self._stream)
+            self.stager.order_after_current(side)
             self._buffer.record_stream(side)  # not reused by the model's stream until side is done
         with _on_stream(side):
             host, pooled = self.stager.batch_host(self._buffer.dtype, used, self.capacity)
@@ -417,7 +427,7 @@ def row_stats(x):
     """Per row of [m, R] float32 or bf16 ``x``: [4, m] float64 of the sum, the 2-norm (the root of
     the sum of squares), the min and the max.
 
-    Six kernels whatever the number of tensors in the buffer (the launch-bound recording thread pays
+    Four kernels whatever the number of tensors in the buffer (the launch-bound recording thread pays
     per launch; per-tensor reductions cost it ~10 ms a forward), and one float64 copy of ``x``.
     Sums in float64: no overflow, ~1e-16 rounding, deterministic. A row holding a NaN or an infinity
     has a non-finite norm; its tensor's statistics are left to the writer (:func:`sums_from_rows`).
@@ -428,10 +438,7 @@ def row_stats(x):
     wide = x.double()  # once: a reduction's dtype= would make its own float64 copy each
     torch.sum(wide, 1, out=out[0])
     torch.linalg.vector_norm(wide, 2, dim=1, out=out[1])
-    del wide
-    low, high = torch.aminmax(x, dim=1)
-    out[2].copy_(low)
-    out[3].copy_(high)
+    torch.aminmax(wide, dim=1, out=(out[2], out[3]))  # the float64 copy's extremes are x's, exactly
     return out
 
 
