@@ -127,9 +127,7 @@ VARIANTS = {"record() only": ("writer", lambda rec: setattr(rec, "_staged", lamb
             "drain, no writer": ("writer", no_writer),
             "durability=writer": ("writer", None),
             "durability=disk": ("disk", None),
-            "durability=disk, writer not fed": ("disk", lambda rec: setattr(rec._drain, "idle", None)),
-            "durability=disk, sleeping wait": ("disk", lambda rec: setattr(rec._writer, "spin_s", 0.0)),
-            "durability=writer, sleeping wait": ("writer", lambda rec: setattr(rec._writer, "spin_s", 0.0))}
+            "durability=disk, writer not fed": ("disk", lambda rec: setattr(rec._drain, "idle", None))}
 
 
 def main() -> None:

@@ -70,7 +70,6 @@ class ProcessWriter:
         self._batch = bytearray()
         self._closed = False
         self._unacked = 0  # segment ends sent whose acknowledgement was not read yet
-        self.spin_s = _spin_seconds()  # how long a wait for an acknowledgement polls before it sleeps
 
     def _ring_status(self, block: bool) -> None:
         """Read the writer's first line, 'ring ok SIZE' or 'ring none REASON', once it is there."""
@@ -245,9 +244,7 @@ class ProcessWriter:
 
     def _ack(self) -> None:
         self._ring_status(block=True)
-        fd = self._proc.stdout.fileno()
-        if not _poll_readable(fd, self.spin_s):
-            Watch(self._proc.pid, "the step's acknowledgement (on disk)").wait_fd(fd)
+        Watch(self._proc.pid, "the step's acknowledgement (on disk)").wait_fd(self._proc.stdout.fileno())
         line = self._proc.stdout.readline().decode().strip()
         if line != "ok":
             raise WriterDied(line.removeprefix("err ") if line else self._why())
@@ -261,30 +258,6 @@ class ProcessWriter:
                 break
         code = self._proc.wait()
         return line.removeprefix("err ") or f"inkling-probe writer process exited with code {code}"
-
-
-_SPIN_S = 0.05  # step() waits for the writer for a few to ~20 ms a step on a GPU
-
-
-def _spin_seconds() -> float:
-    """How long a wait for the writer's acknowledgement polls before it sleeps: :data:`_SPIN_S`
-    where this process may run on four cores or more, else 0 (a poll would take a core from the
-    writer). A thread that sleeps through step()'s wait runs the next forward's launches slower
-    (on an H200 host, 5-11 ms a forward more CPU after a 10-18 ms sleep: scripts/profile_record_cuda.py)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return _SPIN_S if cores >= 4 else 0.0
-
-
-def _poll_readable(fd: int, seconds: float) -> bool:
-    """Poll ``fd`` (no sleep) for up to ``seconds``: True once it is readable."""
-    if seconds <= 0:
-        return False
-    deadline = time.monotonic() + seconds
-    while True:
-        if select.select([fd], [], [], 0)[0]:
-            return True
-        if time.monotonic() >= deadline:
-            return False
 
 
 @contextlib.contextmanager
