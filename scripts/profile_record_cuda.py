@@ -126,8 +126,7 @@ def no_writer(rec) -> None:
 VARIANTS = {"record() only": ("writer", lambda rec: setattr(rec, "_staged", lambda row, t: None)),
             "drain, no writer": ("writer", no_writer),
             "durability=writer": ("writer", None),
-            "durability=disk": ("disk", None),
-            "durability=disk, writer not fed": ("disk", lambda rec: setattr(rec._drain, "idle", None))}
+            "durability=disk": ("disk", None)}
 
 
 def main() -> None:

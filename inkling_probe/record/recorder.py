@@ -263,11 +263,8 @@ class Recorder:
             from inkling_probe.record.staging import Drain, StepBatch
             stager = self._stager or self._device_stager()
             batch = StepBatch(stager, stats=self.settings.mode != "hash") if self._stager is None else None
-            # the process writer: a hand-over is a short message, cheap in the recording thread; with
-            # the default durability step() waits for the step's tail, so the writer is fed early
-            idle = getattr(self._writer, "idle", None) if self.settings.durability == "disk" else None
             self._drain = Drain(stager, self._write, batch, self._write_batch, self._free_slot,
-                                threaded=self.mode != "process", idle=idle)
+                                threaded=self.mode != "process")  # a message to the writer process: cheap
             stager.cancelled = lambda: self._drain.error if self._drain is not None else None
         if self._drain.error is not None:
             raise self._drain.error

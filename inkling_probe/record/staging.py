@@ -35,7 +35,6 @@ from inkling_probe.errors import DumpError
 from inkling_probe.store.batch import once as _once
 
 _STOP = object()
-FEED_VALUES = 4 << 20  # an open batch this full is sealed when the writer is idle (Drain's idle)
 
 
 class CudaStager:
@@ -270,11 +269,6 @@ class StepBatch:
 
     def __len__(self) -> int:
         return len(self.rows)
-
-    @property
-    def used(self) -> int:
-        """Values of the buffer taken so far (gaps included)."""
-        return self._used
 
     def sibling(self) -> "StepBatch":
         """An empty batch with this one's stager, capacity and statistics setting."""
@@ -517,12 +511,8 @@ class Drain:
     """
 
     def __init__(self, stager, write, batch: StepBatch | None = None, write_batch=None, free_slot=None,
-                 threaded: bool = True, idle=None):
+                 threaded: bool = True):
         self.stager = stager
-        # idle(): has the writer finished everything sent to it? Then an open batch of FEED_VALUES
-        # or more is sealed at once rather than when full, so the writer is kept busy and less of the
-        # step is left to write when it ends (the default durability waits for that); None: never
-        self.idle = idle
         self._free_slot = free_slot  # free_slot(view): a ring slot that was never queued (interrupted)
         self.batch = batch  # decides what is batched; open batches are its siblings
         self._open: dict = {}  # dtype -> the open StepBatch of that dtype
@@ -578,8 +568,6 @@ class Drain:
             if not open_.fits(t):
                 self._seal(open_)
             open_.append(row, t)
-            if self.idle is not None and open_.used >= FEED_VALUES and self.idle():
-                self._seal(open_)
             return
         if batch is not None and batch.takes_alone(t):  # e.g. the logits: one copy, stats on the device
             alone = StepBatch(self.stager, capacity=t.numel(), stats=batch.stats)

@@ -142,11 +142,6 @@ class ProcessWriter:
         self._ring_status(block=True)
         return self._ring
 
-    def idle(self) -> bool:
-        """Has the writer finished with every ring payload sent to it (slots taken count as sent)?"""
-        ring = self._ring
-        return ring is not None and ring.tail() >= ring.head
-
     def claim_ring(self) -> None:
         """From now on only slots go through the ring (the claimer takes them in the order their
         messages are sent); other payloads go through the pipe."""

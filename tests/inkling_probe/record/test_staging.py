@@ -498,30 +498,6 @@ def test_the_recording_thread_hands_over_finished_copies_at_probes_and_the_rest_
     assert float(d.array("y", 1)[0]) == -1.0
 
 
-def test_an_idle_writer_is_fed_a_batch_before_it_is_full(tmp_path, monkeypatch):
-    """With an ``idle`` check (the default durability), an open batch of FEED_VALUES or more is
-    sealed as soon as the writer has nothing left to do; while it is busy the batch fills up."""
-    rec, stager, _ = ring_recording(tmp_path / "d", monkeypatch, ring_bytes=1 << 20, threaded=False)
-    monkeypatch.setattr(staging, "FEED_VALUES", 64)
-    idle, seals = [False], []
-    rec._drain.idle = lambda: idle[0]
-    real_seal = staging.StepBatch.seal
-    monkeypatch.setattr(staging.StepBatch, "seal", lambda self: seals.append(self.used) or real_seal(self))
-    inkling_probe.step()
-    for i in range(8):
-        inkling_probe.probe(f"busy{i}", torch.full((40,), float(i)))  # 48 values a tensor with its gap
-    assert seals == []  # the writer is busy: the batch fills
-    idle[0] = True
-    for i in range(4):
-        inkling_probe.probe(f"idle{i}", torch.full((40,), -float(i)))
-    inkling_probe.step()
-    sink.stop()
-    assert seals == [9 * 48, 96, 48]  # at the first probe with the writer idle, at 64+ again, the rest at step()
-    d = inkling_probe.open(tmp_path / "d")
-    assert [float(d.array(f"busy{i}", 1)[0]) for i in range(8)] == [float(i) for i in range(8)]
-    assert [float(d.array(f"idle{i}", 1)[0]) for i in range(4)] == [-float(i) for i in range(4)]
-
-
 def test_a_refused_registration_stages_through_pooled_buffers_with_one_warning(tmp_path, monkeypatch, capfd):
     def refuse(address, n):
         raise OSError("cudaHostRegister of the writer's ring failed (CUDA error 1)")
