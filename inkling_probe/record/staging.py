@@ -442,17 +442,19 @@ def row_stats(x):
     return out
 
 
-def sums_from_rows(rows, spans: list):
+def sums_from_rows(rows, spans: list, row: int | None = None):
     """[k, 5] float64 per tensor of a batch, from its buffer's :func:`row_stats` (numpy [4, m]):
     the sum, sum of squares and absmax, and 0 non-finite values and 0 NaNs; ``spans`` (offset,
-    numel, shape) place each tensor at the start of a row, its rows running to the next tensor's.
+    numel, shape) place each tensor at the start of a row of ``row`` values (default :data:`ROW`),
+    its rows running to the next tensor's.
 
     A tensor with a NaN or an infinity gets a NaN sum: the writer computes its statistics from the
     values (counts, and sums over the finite values alone), as it does without device statistics.
     """
     import numpy as np
 
-    starts = np.fromiter((offset // ROW for offset, _, _ in spans), dtype=np.int64, count=len(spans))
+    row = row or ROW
+    starts = np.fromiter((offset // row for offset, _, _ in spans), dtype=np.int64, count=len(spans))
     total = np.add.reduceat(rows[0], starts)
     squares = np.add.reduceat(np.square(rows[1]), starts)
     absmax = np.maximum(np.maximum.reduceat(rows[3], starts), -np.minimum.reduceat(rows[2], starts))
@@ -518,8 +520,9 @@ class Drain:
         self._open: dict = {}  # dtype -> the open StepBatch of that dtype
         # write(row, host_tensor, done, stats): encode, hand to the writer; done() once it has it
         self._write = write
-        # write_batch(rows, host_buffer, spans, sums, done): a sealed batch, likewise (with batch
-        # only); it calls done() once, also when it fails
+        # write_batch(rows, host_buffer, spans, row_stats, done): a sealed batch, likewise (with
+        # batch only; row_stats: numpy [4, m] of row_stats, or None); it calls done() once, also
+        # when it fails
         self._write_batch = write_batch
         self.error: BaseException | None = None
         if threaded:
@@ -668,7 +671,7 @@ class Drain:
         done = _once(lambda: self.stager.release(token))
         try:
             self.stager.wait(token)
-            sums = sums_from_rows(stats.numpy(), spans) if stats is not None else None
+            row_stats = stats.numpy() if stats is not None else None  # the writer adds them up
         except BaseException as e:  # noqa: BLE001 - kept and raised in the recording thread
             self.error = self.error or e
         if self.error is not None:
@@ -676,6 +679,6 @@ class Drain:
             return
         try:  # from here done() is the writer's to call, also when it fails part-way (jobs may
             # still be writing tensors of the batch it took)
-            self._write_batch(rows, host, spans, sums, done)
+            self._write_batch(rows, host, spans, row_stats, done)
         except BaseException as e:  # noqa: BLE001
             self.error = self.error or e
