@@ -33,6 +33,7 @@ from collections import OrderedDict, deque
 
 from inkling_probe.errors import DumpError
 from inkling_probe.store.batch import once as _once
+from inkling_probe.store.batch import sums_from_rows as batch_sums
 
 _STOP = object()
 
@@ -443,25 +444,10 @@ def row_stats(x):
 
 
 def sums_from_rows(rows, spans: list, row: int | None = None):
-    """[k, 5] float64 per tensor of a batch, from its buffer's :func:`row_stats` (numpy [4, m]):
-    the sum, sum of squares and absmax, and 0 non-finite values and 0 NaNs; ``spans`` (offset,
-    numel, shape) place each tensor at the start of a row of ``row`` values (default :data:`ROW`),
-    its rows running to the next tensor's.
-
-    A tensor with a NaN or an infinity gets a NaN sum: the writer computes its statistics from the
-    values (counts, and sums over the finite values alone), as it does without device statistics.
-    """
-    import numpy as np
-
-    row = row or ROW
-    starts = np.fromiter((offset // row for offset, _, _ in spans), dtype=np.int64, count=len(spans))
-    total = np.add.reduceat(rows[0], starts)
-    squares = np.add.reduceat(np.square(rows[1]), starts)
-    absmax = np.maximum(np.maximum.reduceat(rows[3], starts), -np.minimum.reduceat(rows[2], starts))
-    sums = np.zeros((len(spans), 5))
-    sums[:, 0], sums[:, 1], sums[:, 2] = total, squares, absmax
-    sums[~np.isfinite(squares), 0] = np.nan
-    return sums
+    """[k, 5] float64 per tensor of a batch, from its buffer's :func:`row_stats` (numpy [4, m]), the
+    rows holding ``row`` values (default :data:`ROW`): store.batch.sums_from_rows (the writer
+    process adds them up there)."""
+    return batch_sums(rows, spans, row or ROW)
 
 
 def _current_stream(t):

@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 from inkling_probe.errors import DumpError
+from inkling_probe.store.batch import sums_from_rows
 from inkling_probe.store.ring import RingReader, RingWriter, backoff, ring_file
 from inkling_probe.store.stall import Watch
 
@@ -110,7 +111,7 @@ class ProcessWriter:
         the ring (or the pipe) once, and the writer splits them; ``on_stored()`` once copied (or
         the send failed). ``row_stats``: instead of ``sums``, the batch buffer's [4, m] row statistics
         (staging.row_stats) over rows of ``row_values`` values, which the writer process adds up per
-        tensor (staging.sums_from_rows) rather than the recording thread."""
+        tensor (store.batch.sums_from_rows) rather than the recording thread."""
         header = {"op": "batch", "rows": rows, "spans": spans, "stats": stats, "store": store,
                   "sums": None if sums is None else np.ascontiguousarray(sums, dtype=np.float64).tobytes(),
                   "row_stats": None if row_stats is None else np.ascontiguousarray(row_stats, np.float64).tobytes()}
@@ -381,8 +382,6 @@ def _batch_sums(msg: dict) -> np.ndarray | None:
     """A batch message's [k, 5] statistics sums: sent as they are, or added up here from the
     buffer's row statistics; None when it carries neither."""
     if msg.get("row_stats") is not None:
-        from inkling_probe.record.staging import sums_from_rows  # numpy only (torch is not imported)
-
         return sums_from_rows(np.frombuffer(msg["row_stats"], dtype=np.float64).reshape(4, -1), msg["spans"],
                               msg["row_values"])
     return None if msg["sums"] is None else np.frombuffer(msg["sums"], dtype=np.float64).reshape(-1, 5)
