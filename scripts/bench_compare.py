@@ -13,8 +13,9 @@ The candidate is the reference plus 1e-3 relative noise, so every tensor is read
     python scripts/bench_compare.py [--gib 2] [--keep DIR]
     python scripts/bench_compare.py --startup          # compare's start-up vs import h5py, numpy
     python scripts/bench_compare.py --explain-bound    # explain on vs off on a 128 MiB culprit
-    python scripts/bench_compare.py --scale [--gib 10]  # issue 26: compare --jobs 1 / all cores vs h5py
-                                                        # alone on a pair of --gib GB on disk
+    python scripts/bench_compare.py --scale [--gib 10] [--dtype bfloat16]
+                                    # issue 26: compare --jobs 1 / all cores vs h5py alone on a pair of
+                                    # --gib GB on disk
 """
 from __future__ import annotations
 
@@ -199,15 +200,18 @@ print(json.dumps(out))
 """
 
 
-def _write_scale_pair(root: str, gb: float, tensor_mib: int = 64) -> tuple[str, str]:
-    """A reference and candidate (1e-3 relative noise) of ``gb``/2 GB each, fp32 tensors of ``tensor_mib``."""
+def _write_scale_pair(root: str, gb: float, tensor_mib: int = 64, dtype: str = "float32") -> tuple[str, str]:
+    """A reference and candidate (1e-3 relative noise) of ``gb``/2 GB each, tensors of ``tensor_mib``
+    stored as ``dtype``."""
     import torch
 
     import inkling_probe
 
+    dt = getattr(torch, dtype)
+    size = torch.empty(0, dtype=dt).element_size()
     n = max(1, int(gb * 1e9 / 2 / (tensor_mib * MIB)))
     gen = torch.Generator().manual_seed(0)
-    base = [torch.randn(tensor_mib * MIB // 4096, 1024, generator=gen) for _ in range(4)]
+    base = [torch.randn(tensor_mib * MIB // size // 1024, 1024, generator=gen) for _ in range(4)]
     noise = [1e-3 * torch.randn(b.shape, generator=gen) for b in base[:3]]
     paths = (os.path.join(root, "L-ref"), os.path.join(root, "L-cand"))
     for which, path in zip(("ref", "cand"), paths):
@@ -217,7 +221,7 @@ def _write_scale_pair(root: str, gb: float, tensor_mib: int = 64) -> tuple[str, 
                 t = base[i % 4] * (1 + i / n)
                 if which == "cand":
                     t = t + noise[i % 3] * t.abs().mean()
-                inkling_probe.probe(f"layers.{i // 8}.t{i % 8}", t)
+                inkling_probe.probe(f"layers.{i // 8}.t{i % 8}", t.to(dt))
     return paths
 
 
@@ -249,22 +253,25 @@ def _kernel_rss() -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def scale(root: str, gb: float, rounds: int = 1, tensor_mib: int = 64) -> None:
+def scale(root: str, gb: float, rounds: int = 1, tensor_mib: int = 64, dtype: str = "float32") -> None:
     """compare --jobs 1 and --jobs <cores> against h5py reading the same datasets, side by side."""
     from inkling_probe.compare.parallel import default_jobs
 
     t0 = time.perf_counter()
     ref, cand = (os.path.join(root, "L-ref"), os.path.join(root, "L-cand"))
-    marker = os.path.join(root, f"L-{gb}-{tensor_mib}.done")
+    marker = os.path.join(root, f"L-{gb}-{tensor_mib}-{dtype}.done")
     if not os.path.exists(marker):  # --keep DIR: a pair written there before is reused
         for p in (ref, cand):
             shutil.rmtree(p, ignore_errors=True)
-        ref, cand = _write_scale_pair(root, gb, tensor_mib)
+        for old in os.listdir(root):  # another size or dtype written here before
+            if old.startswith("L-") and old.endswith(".done"):
+                os.remove(os.path.join(root, old))
+        ref, cand = _write_scale_pair(root, gb, tensor_mib, dtype)
         open(marker, "w").close()
     total = _dump_bytes(ref) + _dump_bytes(cand)
     cores = default_jobs()
     modes = ["h5py", "1"] + ([str(cores)] if cores > 1 else [])
-    print(f"pair: {total / 1e9:.2f} GB on disk ({tensor_mib} MiB fp32 tensors, 1e-3 noise), ready in "
+    print(f"pair: {total / 1e9:.2f} GB on disk ({tensor_mib} MiB {dtype} tensors, 1e-3 noise), ready in "
           f"{time.perf_counter() - t0:.0f} s; {cores} cores; {rounds} round(s) of {', '.join(modes)} (interleaved)")
     runs = {m: [] for m in modes}
     for i in range(rounds):
@@ -289,6 +296,9 @@ def scale(root: str, gb: float, rounds: int = 1, tensor_mib: int = 64) -> None:
               f"{code['rss'] / MIB:.0f} MiB fixed per process: {(per_job - code['rss']) / (tensor_mib * MIB):.1f}x); "
               f"of it relations.mark {med['relations'][0]:.1f} s "
               f"wall, {med['relations'][1]:.1f} CPU s (re-reads and explains diverged rows left open, after the walk)")
+    if dtype == "bfloat16":
+        print("  (h5py alone reads HDF5's bfloat16 type through HDF5's software conversion to float32, which "
+              "is most of its time; compare reads the raw bits and widens them itself)")
     print(f"  reports identical across jobs and rounds: {len(docs) == 1}; compiled pass "
           f"{'used' if code['kernel'] else 'NOT available (numba missing): the numpy pass measured'}")
     print("  medians over rounds; per round: h5py's time / compare's time in that round; CPU s: the process "
@@ -312,12 +322,13 @@ def main(argv=None) -> None:
     ap.add_argument("--scale", action="store_true", help="only: --jobs 1 / all cores vs h5py on a pair of --gib GB")
     ap.add_argument("--rounds", type=int, default=3, help="--scale: rounds of the three runs (interleaved; medians)")
     ap.add_argument("--tensor-mib", type=int, default=64, help="--scale: size of each tensor")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="--scale: stored dtype")
     args = ap.parse_args(argv)
     root = args.keep or tempfile.mkdtemp(prefix="bench-compare-")
     os.makedirs(root, exist_ok=True)
     if args.scale:
         try:
-            scale(root, args.gib, args.rounds, args.tensor_mib)
+            scale(root, args.gib, args.rounds, args.tensor_mib, args.dtype)
         finally:
             if not args.keep:
                 shutil.rmtree(root, ignore_errors=True)

@@ -4,16 +4,20 @@ A pair whose two tensors are each one plain contiguous dataset of our own dumps 
 of the same stored dtype and shape, is measured without loading either array: each chunk of values
 (metrics.chunk_size: the chunks the metrics' pass takes anyway, whole token rows) is read by
 ``preadv`` into a buffer reused from chunk to chunk and key to key, reduced, and overwritten by the
-next. The metrics and row sums are bit for bit those of the loaded pair (the same chunks, in the
-same order, through the same code); memory is two chunk buffers whatever the tensor's size.
+next. bfloat16 chunks are widened in a second reused buffer to the exact float32 values the loaded
+array holds (bits << 16). The metrics and row sums are bit for bit those of the loaded pair (the
+same values in the same chunks, in the same order, through the same code); memory is a few chunk
+buffers whatever the tensor's size.
 
 measure.py decides when a pair may stream (nothing to conform, realign, set aside or keep);
-:func:`open_pair` says None for anything not plain (bfloat16, packs, shards, foreign dumps, a
-damaged or truncated file), and the pair is loaded as before.
+:func:`open_pair` says None for anything not plain (packs, shards, foreign dumps, packed fp4, two
+stored dtypes, a damaged or truncated file), and the pair is loaded as before.
 """
 from __future__ import annotations
 
 import os
+
+import numpy as np
 
 from inkling_probe.compare.metrics import chunk_size, reduce_chunks
 from inkling_probe.compare.values import FP4
@@ -32,11 +36,13 @@ class Plain:
         return reduce_chunks(self._chunks(n, size), n, self.shape, atol, rtol, width, columns)
 
     def _chunks(self, n: int, size: int):
-        bufs = [raw.scratch(slot, p.dtype, min(size, n)) for slot, (_, p) in enumerate(self.sides)]
+        m = min(size, n)
+        bufs = [raw.scratch(slot, p.dtype, m) for slot, (_, p) in enumerate(self.sides)]
+        wide = [raw.scratch(2 + slot, np.uint32, m) if p.bf16 else None for slot, (_, p) in enumerate(self.sides)]
         for start in range(0, n, size):
             k = min(size, n - start)
-            yield start, *(raw.read_into(fd, p, start, b[:k], what)
-                           for (fd, p), b, what in zip(self.sides, bufs, self.what))
+            yield start, *(_values(raw.read_into(fd, p, start, b[:k], what), w)
+                           for (fd, p), b, w, what in zip(self.sides, bufs, wide, self.what))
 
     def close(self) -> None:
         for fd, _ in self.sides:
@@ -48,6 +54,16 @@ class Plain:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _values(chunk: np.ndarray, wide: np.ndarray | None) -> np.ndarray:
+    """The chunk's values: itself, or for bfloat16 bits (``wide``: a uint32 scratch buffer) their
+    exact float32 values, as store.stats.bf16_bits_to_float32 gives the loaded array."""
+    if wide is None:
+        return chunk
+    out = wide[:chunk.size]
+    np.left_shift(chunk, 16, out=out, dtype=np.uint32)
+    return out.view(np.float32)
 
 
 def open_pair(ref_dump, ref, cand_dump, cand) -> Plain | None:
@@ -65,7 +81,7 @@ def open_pair(ref_dump, ref, cand_dump, cand) -> Plain | None:
             got = raw.plain(dump, row)
             if got is not None:
                 sides.append(got)
-            if got is None or got[1].bf16 or got[1].dtype != sides[0][1].dtype:
+            if got is None or got[1].dtype != sides[0][1].dtype or got[1].bf16 != sides[0][1].bf16:
                 return None
         what = tuple(f"{d.segments[r['_segment']].path}: {r['dataset']!r}" for d, r in zip((ref_dump, cand_dump), rows))
         pair = Plain(sides, tuple(rows[0]["shape"]), what)
