@@ -110,6 +110,8 @@ def _sums(a: np.ndarray) -> tuple[float, float, float, float]:
     """(sum, sum of squares, max, min) of 1-D float ``a``, chunk by chunk: 64K values (256 KB of
     float32) stay in cache for the four passes, and the sums are BLAS dots (a float32 sum as a dot
     with ones: 4x numpy's pairwise sum, the same error), added in float64."""
+    if a.size <= _DOT_CHUNK:
+        return _chunk_sums(a)
     return _fold(_chunk_sums(a[i: i + _DOT_CHUNK]) for i in range(0, a.size, _DOT_CHUNK))
 
 
