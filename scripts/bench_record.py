@@ -199,8 +199,46 @@ def cell(shape: str, repeats: int, steps: int) -> dict:
     tensors = sum(1 for r in d.index if r["step"] == first)
     shutil.rmtree(root)
     from inkling_probe.record.recorder import writer_mode
+    with torch.no_grad():
+        work = floor(model, ids, repeats)
     return {"times": times, "cpu": cpu, "mb": mb, "tensors": tensors, "files": hooks["files"],
-            "auto": writer_mode("auto"), "steps": steps}
+            "auto": writer_mode("auto"), "steps": steps, "floor": work}
+
+
+def floor(model, ids, repeats: int) -> float:
+    """Seconds a forward's bytes cost the recorder at the least: every module output of one forward
+    (made contiguous beforehand) hashed and summarised (stats.hash_and_stats) and written into one
+    fresh file in the temp dir; no hooks, rows, datasets or index. Median of ``repeats``. torch.save
+    writes the same bytes, and neither hashes nor summarises them."""
+    from inkling_probe.hooks import flatten
+    from inkling_probe.store.stats import hash_and_stats
+
+    arrays = []  # the fp32 model's outputs: float32 and int64 (numpy takes both)
+    handles = [m.register_forward_hook(lambda m, a, o: arrays.extend(t.contiguous().numpy().copy()
+                                                                        for _, t in flatten(o, "")))
+               for m in model.modules()]
+    try:
+        model(ids)
+    finally:
+        for h in handles:
+            h.remove()
+    root = tempfile.mkdtemp(prefix="bench-floor-")
+    samples = []
+    for i in range(repeats + 1):
+        path = os.path.join(root, str(i))
+        t0 = time.perf_counter()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        at = 0
+        for a in arrays:
+            hash_and_stats(a, a.dtype.name, "native", True)
+            if a.size:
+                os.pwrite(fd, memoryview(a).cast("B"), at)
+            at += a.nbytes
+        os.close(fd)
+        samples.append(time.perf_counter() - t0)
+        os.remove(path)
+    shutil.rmtree(root)
+    return statistics.median(samples[1:])
 
 
 def writer_start(repeats: int) -> dict:
@@ -324,6 +362,12 @@ def report(results: dict, startup: dict | None) -> None:
                     for w in ("inline", "process")}
             print(f"{'':13s} wall: torch.save / record: inline {wall['inline']:.2f}, process {wall['process']:.2f} "
                   "(target >= 1.3 for the auto writer)")
+            if "floor" in c:  # the bytes' own cost: the best lead a recorder that hashes and summarises can have
+                per = statistics.median(plain) / c["steps"]
+                best = statistics.median(t["torch.save hooks"]) / c["steps"] / (per + c["floor"])
+                print(f"{'':13s} floor: hashing, summarising and writing a forward's tensors, no hooks, rows or datasets: "
+                      f"{c['floor'] * 1e3:.1f} ms = {(per + c['floor']) / per:.2f}x of plain: torch.save / record "
+                      f"can be at most {best:.2f}")
         if "start" in res:
             s = res["start"]
             print(f"writer start ({cores} core{'s' if cores > 1 else ''}): spawn in the recording process "
