@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from inkling_probe.compare import prefetch, readahead, stream
+from inkling_probe.compare import fused, prefetch, readahead, stream
 from inkling_probe.compare.align import Entry
 from inkling_probe.compare.conform import ShapeMismatch, conform, token_dim_of
 from inkling_probe.compare.metrics import Metrics, compare_tensors, one_dim_rows, reduce_values, row_width
@@ -206,7 +206,11 @@ def row_errors_and_scale(ref, cand, d: int) -> tuple[np.ndarray, np.ndarray]:
     r_m, c_m = np.moveaxis(r_all, d, 0).reshape(n, -1), np.moveaxis(c_all, d, 0).reshape(n, -1)
     per, own = np.zeros(n), np.zeros(n)
     block = max(1, CHUNK // max(r_m.shape[1], 1))  # the rows metrics.compare_with_rows sums at once
+    k = fused.kernel() if r_m.size >= fused.MIN_VALUES else None  # as the metrics' pass decides
     for lo in range(0, n, block):
+        if k is not None and fused.row_sums(k, r_m[lo: lo + block], c_m[lo: lo + block],
+                                            per[lo: lo + block], own[lo: lo + block]):
+            continue
         r = r_m[lo: lo + block].astype(np.float64)
         c = c_m[lo: lo + block].astype(np.float64)
         both = np.isfinite(r) & np.isfinite(c)

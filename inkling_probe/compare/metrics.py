@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from inkling_probe.compare import fused
 from inkling_probe.compare.values import CHUNK, flat, from_any, unravel, value_shape
 
 METRICS = ("rel_rms", "cosine", "max_abs", "max_rel", "outside", "mismatch")
@@ -153,9 +154,12 @@ class _Acc:
         rows = n // width if width else 0
         self.per, self.own = np.zeros(rows), np.zeros(rows)  # [rows] sums of d^2 and of r^2 (finite positions)
         self.cols = (np.zeros(width), np.empty(width)) if width and columns else None  # sums, scratch
+        self.kernel = fused.kernel() if n >= fused.MIN_VALUES else None  # the compiled pass (fused.py)
 
     def add(self, start: int, r_in: np.ndarray, c_in: np.ndarray, atol: float, rtol: float) -> None:
         """Add the chunk of values ``r_in``, ``c_in`` (flat, any real dtype) starting at ``start``."""
+        if self.kernel is not None and fused.usable(r_in, c_in) and self._add_fused(start, r_in, c_in, atol, rtol):
+            return
         n, b = r_in.size, self.buf
         r, c, d = self._f64(r_in, b.r[:n]), self._f64(c_in, b.c[:n]), b.d[:n]
         with np.errstate(invalid="ignore", over="ignore"):
@@ -170,6 +174,35 @@ class _Acc:
             self._add_finite(start, r, c, d, atol, rtol, rr, cc, r is not r_in)  # squares: the general way)
         else:
             self._add_general(start, r, c, atol, rtol)
+
+    def _add_fused(self, start: int, r: np.ndarray, c: np.ndarray, atol: float, rtol: float) -> bool:
+        """The chunk in one compiled pass (fused.py); False, adding nothing, when a value is not
+        finite (or a square overflows): the numpy pass then measures the chunk the general way."""
+        w = self.width or fused.BLOCK
+        per = own = cols = fused.NONE
+        if self.width:
+            lo = start // w
+            per, own = self.per[lo: lo + r.size // w], self.own[lo: lo + r.size // w]
+        if self.cols is not None:
+            cols = self.cols[1]  # scratch: added to the sums only for a finite chunk
+            cols.fill(0.0)
+        rr, cc, rc, dd, max_abs, max_at, ref_absmax, outside, unequal = self.kernel(
+            r, c, w, per, own, cols, self.piece // w, float(atol), float(rtol))
+        if not (math.isfinite(rr) and math.isfinite(cc)):
+            return False
+        self.rr += rr
+        self.cc += cc
+        self.rc += rc
+        self.dd += dd
+        if max_abs > self.max_abs:
+            self.max_abs, self.max_at = max_abs, start + max_at
+        self.ref_absmax = max(self.ref_absmax, ref_absmax)
+        self.outside += outside
+        self.unequal += unequal
+        if self.cols is not None:
+            total, _ = self.cols
+            total += cols
+        return True
 
     @staticmethod
     def _f64(x: np.ndarray, buf: np.ndarray) -> np.ndarray:

@@ -263,7 +263,8 @@ class Recorder:
             from inkling_probe.record.staging import Drain, StepBatch
             stager = self._stager or self._device_stager()
             batch = StepBatch(stager, stats=self.settings.mode != "hash") if self._stager is None else None
-            self._drain = Drain(stager, self._write, batch, self._write_batch, self._free_slot)
+            self._drain = Drain(stager, self._write, batch, self._write_batch, self._free_slot,
+                                threaded=self.mode != "process")  # a message to the writer process: cheap
             stager.cancelled = lambda: self._drain.error if self._drain is not None else None
         if self._drain.error is not None:
             raise self._drain.error
@@ -308,17 +309,25 @@ class Recorder:
         with self._wlock:
             self._writer.add(row, array, stats=stats, store=store, on_stored=done)
 
-    def _write_batch(self, rows: list, host, spans: list, sums, done) -> None:
-        """Hand a sealed batch (staging.py) to the writer in one call (drain thread): ``host`` is its
-        float32 or bf16 host buffer, ``spans`` (offset, numel, shape) where each tensor sits in it, ``sums``
-        their statistics' sums (or None); ``done()`` once the writer no longer needs ``host``."""
+    def _write_batch(self, rows: list, host, spans: list, row_stats, done) -> None:
+        """Hand a sealed batch (staging.py) to the writer in one call (the drain): ``host`` is its
+        float32 or bf16 host buffer, ``spans`` (offset, numel, shape) where each tensor sits in it,
+        ``row_stats`` the buffer's row statistics (numpy [4, m], or None); ``done()`` once the writer
+        no longer needs ``host``. The writer process adds the row statistics up per tensor itself."""
         used = spans[-1][0] + spans[-1][1] if spans else 0
         flat = bf16_bits(host[:used]) if host.dtype is torch.bfloat16 else host[:used].numpy()
         for row in rows:
             row["storage"] = "native"  # float32 or bf16, each as itself
+        sums, extra = None, {}
+        if row_stats is not None:
+            from inkling_probe.record import staging
+            if getattr(self._writer, "takes_row_stats", False):  # the writer process adds them up
+                extra = {"row_stats": row_stats, "row_values": staging.ROW}
+            else:
+                sums = staging.sums_from_rows(row_stats, spans)
         with self._wlock:
             self._writer.add_batch(rows, flat, spans, sums, stats=self.settings.mode != "hash",
-                                   store=self.settings.mode == "full", on_stored=done)
+                                   store=self.settings.mode == "full", on_stored=done, **extra)
 
     def _guarded_open(self):
         try:

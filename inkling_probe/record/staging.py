@@ -2,24 +2,26 @@
 
 A probed CUDA tensor is copied into a pinned host buffer with ``non_blocking=True`` on the current
 stream (so after the kernel that produced it, and before anything later on that stream can reuse
-its memory), an event is recorded behind the copy, and the (row, buffer, event) goes to a drain
-thread. bf16 stays 2 bytes a value all the way to the file (the store keeps bf16 as itself), so the
-host does no conversion pass. The forward goes on at once; the
-drain thread waits for each event in order and hands the buffer to the writer; the buffer goes back
-to the pool once the writer has copied or written it (``done``, perhaps from a writer job thread). ``step()`` and ``close()``
-wait until everything queued is with the writer, so a step is on disk when ``step()`` returns,
-as with synchronous copies.
+its memory), an event is recorded behind the copy, and the (row, buffer, event) is queued for the
+:class:`Drain`. bf16 stays 2 bytes a value all the way to the file (the store keeps bf16 as itself),
+so the host does no conversion pass. The forward goes on at once; the drain hands each buffer to
+the writer once its event has completed, in order (with the process writer the recording thread
+itself does, at its next probes; with the inline writer a drain thread); the buffer goes back to
+the pool once the writer has copied or written it (``done``, perhaps from a writer job thread).
+``step()`` and ``close()`` wait until everything queued is with the writer, so a step is on disk
+when ``step()`` returns, as with synchronous copies.
 
 Float32 and bf16 tensors (nearly everything a model records) are not copied one by one: each is
-copied into a slice of the open device buffer of its dtype (:class:`StepBatch`, one kernel a
-probe). When the buffer fills, the stream changes or the step ends, six kernels compute per-row
-statistics of the whole buffer (:func:`row_stats`) and one copy brings buffer and row statistics
-to pinned host buffers; the drain thread adds each tensor's rows up. So the host never makes a pass
-over the values for statistics, and the recording thread launches one kernel per probe (the model
-is launch-bound: the recording thread's launches are what a recorded forward pays for).
+copied into a slice of the open device buffer of its dtype (:class:`StepBatch`, one copy a probe,
+issued with the CUDA runtime's ``cudaMemcpyAsync`` where it can). When the buffer fills, the stream
+changes or the step ends, four kernels compute per-row statistics of the whole buffer
+(:func:`row_stats`) and one copy brings buffer and row statistics to pinned host buffers; the drain
+adds each tensor's rows up. So the host never makes a pass over the values for statistics, and the
+recording thread issues one copy per probe (the model is launch-bound: the recording thread's
+launches are what a recorded forward pays for).
 
 The device parts (pinned buffers, copies, events) sit behind :class:`CudaStager`; tests drive the
-same queue, thread and batches with CPU stand-ins.
+same queue, drain and batches with CPU stand-ins.
 """
 from __future__ import annotations
 
@@ -27,9 +29,11 @@ import functools
 import math
 import queue
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
+from inkling_probe.errors import DumpError
 from inkling_probe.store.batch import once as _once
+from inkling_probe.store.batch import sums_from_rows as batch_sums
 
 _STOP = object()
 
@@ -47,6 +51,7 @@ class CudaStager:
         self._room = threading.Condition()
         self._side: dict = {}  # device -> the stream batches are summarised and copied out on
         self.unqueued: list = []  # ring slots taken since the drain last queued an item (RingStager)
+        self.relieve = None  # called before waiting for room: hands queued items over (an unthreaded Drain)
 
     def side_stream(self, device):
         """The stream a sealed batch's statistics and copy to the host run on, one per device: the
@@ -76,8 +81,20 @@ class CudaStager:
         event.record()
         return event
 
+    def order_after_current(self, stream) -> None:
+        """Make ``stream`` wait for what is queued on the current stream so far (a pooled event:
+        ``wait_stream`` would create and destroy one each time)."""
+        event = self.record()
+        stream.wait_event(event)
+        with self._room:
+            self._events.append(event)  # the wait took the event's state: it may be recorded again
+
     def wait(self, token) -> None:
         token[0].synchronize()
+
+    def ready(self, token) -> bool:
+        """Has the copy behind ``token`` finished (no wait)?"""
+        return token[0].query()
 
     def release(self, token) -> None:
         """Give back a token's event and host buffers (the writer has them on disk or copied)."""
@@ -118,7 +135,12 @@ class CudaStager:
         nbytes = math.prod(shape) * dtype.itemsize
         with self._room:
             while wait and self._outstanding + nbytes > self.limit and self._outstanding:
-                self._room.wait()  # the drain thread frees buffers as it writes
+                if self.relieve is not None:  # no drain thread: hand everything queued over
+                    before = self._outstanding
+                    self.relieve()  # (the lock is reentrant: release() takes it too)
+                    if self._outstanding < before:
+                        continue
+                self._room.wait(0.01)  # the drain thread (or a writer job) frees buffers as it writes
             self._outstanding += nbytes
             idle = self._free.get((dtype, shape))
             if idle:
@@ -166,6 +188,8 @@ class RingStager(CudaStager):
         failure = self.cancelled()
         if failure is not None:
             raise failure
+        if self.relieve is not None:
+            self.relieve()  # the writer can only free space for what it was sent
         self._wait()
 
     def batch_host(self, dtype, used: int, capacity: int):
@@ -216,9 +240,7 @@ def _clear_cuda_error() -> None:
     import ctypes
 
     try:
-        with open("/proc/self/maps") as maps:
-            paths = {line.split()[-1] for line in maps if "libcudart" in line}
-        for path in paths:
+        for path in _loaded_cudart():
             ctypes.CDLL(path).cudaGetLastError()
     except OSError:
         pass
@@ -243,6 +265,8 @@ class StepBatch:
         self._buffer = None  # [capacity] float32 or bf16 on the batch's device
         self._stream = None  # the stream the batch's copies were queued on
         self._stream_key = None
+        self._memcpy = None  # the runtime's cudaMemcpyAsync for this batch's copies (CUDA, else None)
+        self._base, self._itemsize = 0, 0  # the buffer's device address and value size
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -274,9 +298,15 @@ class StepBatch:
 
             self._buffer = torch.zeros(_aligned(self.capacity), dtype=t.dtype, device=t.device)
             self._stream, self._stream_key, self._used = _current_stream(t), _stream_key(t), 0
+            self._memcpy = _device_memcpy() if t.is_cuda else None
+            self._base, self._itemsize = self._buffer.data_ptr(), t.element_size()
         n, at, shape = t.numel(), self._used, tuple(t.shape)
-        # one kernel: gather (as_strided: a third of slice-and-view's Python cost)
-        self._buffer.as_strided(shape, _contiguous_strides(shape), at).copy_(t)
+        if self._memcpy is not None and t.is_contiguous() and t.get_device() == _current_device():
+            size = self._itemsize  # one copy on the stream, without torch's dispatch (~15 us a probe)
+            _check_cuda(self._memcpy(self._base + at * size, t.data_ptr(), n * size, _DEVICE_TO_DEVICE,
+                                     self._stream_key[1]))
+        else:  # one kernel: gather (as_strided: a third of slice-and-view's Python cost)
+            self._buffer.as_strided(shape, _contiguous_strides(shape), at).copy_(t)
         self._spans.append((at, n, shape))
         self._used = -(-(at + n) // ROW) * ROW  # _aligned, inline: once a probe
         self.rows.append(row)
@@ -294,7 +324,7 @@ class StepBatch:
         side = None
         if self._stream is not None:  # CUDA: the rest on the side stream, after what is queued so far
             side = self.stager.side_stream(self._buffer.device)
-            side.wait_stream(self._stream)
+            self.stager.order_after_current(side)
             self._buffer.record_stream(side)  # not reused by the model's stream until side is done
         with _on_stream(side):
             host, pooled = self.stager.batch_host(self._buffer.dtype, used, self.capacity)
@@ -309,6 +339,49 @@ class StepBatch:
             token = (self.stager.record(), hosts)
         self.rows, self._spans, self._used, self._buffer, self._stream = [], [], 0, None, None
         return rows, host, token, spans, stats
+
+
+_DEVICE_TO_DEVICE = 3  # cudaMemcpyDeviceToDevice
+
+
+@functools.cache
+def _device_memcpy():
+    """cudaMemcpyAsync of the CUDA runtime this process loaded (torch's), through ctypes; None where
+    none is loaded as a shared library (a static build): batches then copy with ``copy_``. A probe's
+    copy this way skips torch's dispatch and TensorIterator set-up, about half of what appending a
+    tensor cost the launch-bound recording thread (scripts/profile_record_cuda.py)."""
+    import ctypes
+
+    for path in _loaded_cudart():
+        try:
+            memcpy = ctypes.CDLL(path).cudaMemcpyAsync
+        except (OSError, AttributeError):
+            continue
+        memcpy.restype = ctypes.c_int
+        memcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+        return memcpy
+    return None
+
+
+def _loaded_cudart() -> list:
+    """Paths of the CUDA runtime libraries mapped into this process."""
+    try:
+        with open("/proc/self/maps") as maps:
+            return sorted({line.split()[-1] for line in maps if "libcudart" in line.rsplit("/", 1)[-1]})
+    except OSError:
+        return []
+
+
+def _check_cuda(error: int) -> None:
+    if error:
+        _clear_cuda_error()
+        raise RuntimeError(f"cudaMemcpyAsync into the recording's batch failed (CUDA error {error})")
+
+
+def _current_device() -> int:
+    import torch
+
+    return torch.cuda.current_device()
 
 
 @functools.cache
@@ -355,7 +428,7 @@ def row_stats(x):
     """Per row of [m, R] float32 or bf16 ``x``: [4, m] float64 of the sum, the 2-norm (the root of
     the sum of squares), the min and the max.
 
-    Six kernels whatever the number of tensors in the buffer (the launch-bound recording thread pays
+    Four kernels whatever the number of tensors in the buffer (the launch-bound recording thread pays
     per launch; per-tensor reductions cost it ~10 ms a forward), and one float64 copy of ``x``.
     Sums in float64: no overflow, ~1e-16 rounding, deterministic. A row holding a NaN or an infinity
     has a non-finite norm; its tensor's statistics are left to the writer (:func:`sums_from_rows`).
@@ -366,31 +439,15 @@ def row_stats(x):
     wide = x.double()  # once: a reduction's dtype= would make its own float64 copy each
     torch.sum(wide, 1, out=out[0])
     torch.linalg.vector_norm(wide, 2, dim=1, out=out[1])
-    del wide
-    low, high = torch.aminmax(x, dim=1)
-    out[2].copy_(low)
-    out[3].copy_(high)
+    torch.aminmax(wide, dim=1, out=(out[2], out[3]))  # the float64 copy's extremes are x's, exactly
     return out
 
 
-def sums_from_rows(rows, spans: list):
-    """[k, 5] float64 per tensor of a batch, from its buffer's :func:`row_stats` (numpy [4, m]):
-    the sum, sum of squares and absmax, and 0 non-finite values and 0 NaNs; ``spans`` (offset,
-    numel, shape) place each tensor at the start of a row, its rows running to the next tensor's.
-
-    A tensor with a NaN or an infinity gets a NaN sum: the writer computes its statistics from the
-    values (counts, and sums over the finite values alone), as it does without device statistics.
-    """
-    import numpy as np
-
-    starts = np.fromiter((offset // ROW for offset, _, _ in spans), dtype=np.int64, count=len(spans))
-    total = np.add.reduceat(rows[0], starts)
-    squares = np.add.reduceat(np.square(rows[1]), starts)
-    absmax = np.maximum(np.maximum.reduceat(rows[3], starts), -np.minimum.reduceat(rows[2], starts))
-    sums = np.zeros((len(spans), 5))
-    sums[:, 0], sums[:, 1], sums[:, 2] = total, squares, absmax
-    sums[~np.isfinite(squares), 0] = np.nan
-    return sums
+def sums_from_rows(rows, spans: list, row: int | None = None):
+    """[k, 5] float64 per tensor of a batch, from its buffer's :func:`row_stats` (numpy [4, m]), the
+    rows holding ``row`` values (default :data:`ROW`): store.batch.sums_from_rows (the writer
+    process adds them up there)."""
+    return batch_sums(rows, spans, row or ROW)
 
 
 def _current_stream(t):
@@ -425,27 +482,44 @@ def _on_stream(stream):
 
 
 class Drain:
-    """A thread that hands staged tensors to the writer; its first failure is kept for the caller.
+    """Hands staged tensors to the writer; its first failure is kept for the caller.
 
     With a :class:`StepBatch`, float32 and bf16 tensors are gathered into batches, one open batch a
     dtype (a float32 router probe between bf16 activations does not cut the bf16 batch short); the
     writer gets tensors out of probe order (the reader orders them by their ``seq``), and every
-    tensor of a step before ``flush()`` returns."""
+    tensor of a step before ``flush()`` returns.
 
-    def __init__(self, stager, write, batch: StepBatch | None = None, write_batch=None, free_slot=None):
+    ``threaded``: a thread waits for each copy and hands it over (the inline writer, whose hand-over
+    writes). Otherwise (the process writer, whose hand-over is a short message) the recording thread
+    hands over, at each probe, what has finished copying (a non-blocking event query), and the rest
+    at ``flush()``: no second Python thread contends for the GIL with the model's launching thread,
+    and the launching thread is never switched out for it (each switch costs it more than the
+    hand-over: scripts/profile_record_cuda.py). Waits for ring space or pinned memory hand over
+    everything queued first (``stager.relieve``), since nothing else would.
+    """
+
+    def __init__(self, stager, write, batch: StepBatch | None = None, write_batch=None, free_slot=None,
+                 threaded: bool = True):
         self.stager = stager
         self._free_slot = free_slot  # free_slot(view): a ring slot that was never queued (interrupted)
         self.batch = batch  # decides what is batched; open batches are its siblings
         self._open: dict = {}  # dtype -> the open StepBatch of that dtype
         # write(row, host_tensor, done, stats): encode, hand to the writer; done() once it has it
         self._write = write
-        # write_batch(rows, host_buffer, spans, sums, done): a sealed batch, likewise (with batch
-        # only); it calls done() once, also when it fails
+        # write_batch(rows, host_buffer, spans, row_stats, done): a sealed batch, likewise (with
+        # batch only; row_stats: numpy [4, m] of row_stats, or None); it calls done() once, also
+        # when it fails
         self._write_batch = write_batch
-        self._queue: queue.Queue = queue.Queue()
         self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="inkling-probe-drain", daemon=True)
-        self._thread.start()
+        if threaded:
+            self._queue: queue.Queue = queue.Queue()
+            self._thread = threading.Thread(target=self._run, name="inkling-probe-drain", daemon=True)
+            self._thread.start()
+        else:
+            self._items: deque = deque()
+            self._thread = None
+            self._pumping = False
+            stager.relieve = lambda: self._pump(block=True)
 
     def put(self, row: dict, t) -> None:
         """Queue ``t`` (a device tensor) for writing under ``row``."""
@@ -454,14 +528,22 @@ class Drain:
         except BaseException:  # e.g. Ctrl-C between taking a ring slot and queueing it: free the slot
             self._forget_unqueued()
             raise
+        if self._thread is None and self._items:
+            self._pump(block=False)
 
     def _forget_unqueued(self) -> None:
         unqueued = getattr(self.stager, "unqueued", None)
         while unqueued:
-            self._queue.put(("free", unqueued.pop()))  # after anything queued: sent ones are skipped
+            self._push(("free", unqueued.pop()))  # after anything queued: sent ones are skipped
+
+    def _push(self, item) -> None:
+        if self._thread is None:
+            self._items.append(item)
+        else:
+            self._queue.put(item)
 
     def _enqueue(self, item) -> None:
-        self._queue.put(item)
+        self._push(item)
         unqueued = getattr(self.stager, "unqueued", None)
         if unqueued:
             unqueued.clear()
@@ -496,11 +578,17 @@ class Drain:
         except BaseException:
             self._forget_unqueued()
             raise
-        self._queue.join()
+        if self._thread is None:
+            self._pump(block=True)
+        else:
+            self._queue.join()
         if self.error is not None:
             raise self.error
 
     def close(self) -> None:
+        if self._thread is None:
+            self._pump(block=True)  # after a failure: each item's buffers go back (nothing is written)
+            return
         self._queue.put(_STOP)
         self._thread.join()
 
@@ -510,14 +598,40 @@ class Drain:
             try:
                 if item is _STOP:
                     return
-                if item[0] == "one":
-                    self._drain_one(*item[1:])
-                elif item[0] == "free":
-                    self._drain_free(item[1])
-                else:
-                    self._drain_batch(*item[1:])
+                self._handle(item)
             finally:
                 self._queue.task_done()
+
+    def _pump(self, block: bool) -> None:
+        """(Recording thread, unthreaded) Hand over the queued items in order: those whose copies
+        have finished, or with ``block`` all of them, waiting for their copies."""
+        if self._pumping:  # a wait for space inside a hand-over: nothing more to hand over here
+            return
+        self._pumping = True
+        ready = None if block else getattr(self.stager, "ready", None)  # ready(token): copied? (None: wait)
+        try:
+            items = self._items
+            while items:
+                item = items[0]
+                if ready is not None and item[0] != "free" and not ready(item[3]):
+                    return
+                items.popleft()
+                self._handle(item)
+                if self.error is not None and not isinstance(self.error, Exception):
+                    # Ctrl-C during a hand-over: it stops the model now; recording stops with one line
+                    interrupt, self.error = self.error, DumpError(
+                        "interrupted while handing staged tensors to the writer; this step is incomplete")
+                    raise interrupt
+        finally:
+            self._pumping = False
+
+    def _handle(self, item) -> None:
+        if item[0] == "one":
+            self._drain_one(*item[1:])
+        elif item[0] == "free":
+            self._drain_free(item[1])
+        else:
+            self._drain_batch(*item[1:])
 
     def _drain_free(self, view) -> None:
         try:
@@ -543,7 +657,7 @@ class Drain:
         done = _once(lambda: self.stager.release(token))
         try:
             self.stager.wait(token)
-            sums = sums_from_rows(stats.numpy(), spans) if stats is not None else None
+            row_stats = stats.numpy() if stats is not None else None  # the writer adds them up
         except BaseException as e:  # noqa: BLE001 - kept and raised in the recording thread
             self.error = self.error or e
         if self.error is not None:
@@ -551,6 +665,6 @@ class Drain:
             return
         try:  # from here done() is the writer's to call, also when it fails part-way (jobs may
             # still be writing tensors of the batch it took)
-            self._write_batch(rows, host, spans, sums, done)
+            self._write_batch(rows, host, spans, row_stats, done)
         except BaseException as e:  # noqa: BLE001
             self.error = self.error or e

@@ -38,13 +38,32 @@ def split(rows: list, flat: np.ndarray, spans: list, sums: np.ndarray | None, st
     """(row, tensor view, stats) for each tensor of a batch, in order.
 
     ``spans``: (offset, numel, shape) of each tensor in ``flat``; ``sums``: [k, 5] float64 sums per
-    tensor (``staging.sums_from_rows``), turned into the statistics the writer takes as given; without
+    tensor (:func:`sums_from_rows`), turned into the statistics the writer takes as given; without
     them, or where a tensor's sum is NaN (it holds a NaN or an infinity), ``stats`` says whether the
     writer computes statistics itself.
     """
     for i, (row, (offset, numel, shape)) in enumerate(zip(rows, spans)):
         given = stats if sums is None or np.isnan(sums[i, 0]) else summary_from_sums(numel, *sums[i])
         yield row, flat[offset: offset + numel].reshape(shape), given
+
+
+def sums_from_rows(rows: np.ndarray, spans: list, row: int) -> np.ndarray:
+    """[k, 5] float64 per tensor of a batch, from its buffer's row statistics (numpy [4, m]: each
+    row's sum, 2-norm, min and max, staging.row_stats): the sum, sum of squares and absmax, and 0
+    non-finite values and 0 NaNs; ``spans`` (offset, numel, shape) place each tensor at the start of
+    a row of ``row`` values, its rows running to the next tensor's.
+
+    A tensor with a NaN or an infinity gets a NaN sum: the writer computes its statistics from the
+    values (counts, and sums over the finite values alone), as it does without device statistics.
+    """
+    starts = np.fromiter((offset // row for offset, _, _ in spans), dtype=np.int64, count=len(spans))
+    total = np.add.reduceat(rows[0], starts)
+    squares = np.add.reduceat(np.square(rows[1]), starts)
+    absmax = np.maximum(np.maximum.reduceat(rows[3], starts), -np.minimum.reduceat(rows[2], starts))
+    sums = np.zeros((len(spans), 5))
+    sums[:, 0], sums[:, 1], sums[:, 2] = total, squares, absmax
+    sums[~np.isfinite(squares), 0] = np.nan
+    return sums
 
 
 def add_each(add, rows: list, flat: np.ndarray, spans: list, sums, stats: bool, store: bool, on_stored) -> None:

@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 from inkling_probe.errors import DumpError
+from inkling_probe.store.batch import sums_from_rows
 from inkling_probe.store.ring import RingReader, RingWriter, backoff, ring_file
 from inkling_probe.store.stall import Watch
 
@@ -101,13 +102,21 @@ class ProcessWriter:
     def _send_add(self, row: dict, array: np.ndarray, stats, store: bool) -> None:
         self._send_payload({"op": "add", "row": row, "stats": stats, "store": store}, np.ascontiguousarray(array))
 
+    takes_row_stats = True  # add_batch takes a batch's row statistics and adds them up itself
+
     def add_batch(self, rows: list, flat: np.ndarray, spans: list, sums: np.ndarray | None = None, *,
-                  stats: bool = True, store: bool = True, on_stored=None) -> None:
+                  stats: bool = True, store: bool = True, on_stored=None, row_stats: np.ndarray | None = None,
+                  row_values: int = 0) -> None:
         """Send a batch's tensors (store/batch.py) in one message: ``flat``'s bytes are copied into
         the ring (or the pipe) once, and the writer splits them; ``on_stored()`` once copied (or
-        the send failed)."""
+        the send failed). ``row_stats``: instead of ``sums``, the batch buffer's [4, m] row statistics
+        (staging.row_stats) over rows of ``row_values`` values, which the writer process adds up per
+        tensor (store.batch.sums_from_rows) rather than the recording thread."""
         header = {"op": "batch", "rows": rows, "spans": spans, "stats": stats, "store": store,
-                  "sums": None if sums is None else np.ascontiguousarray(sums, dtype=np.float64).tobytes()}
+                  "sums": None if sums is None else np.ascontiguousarray(sums, dtype=np.float64).tobytes(),
+                  "row_stats": None if row_stats is None else np.ascontiguousarray(row_stats, np.float64).tobytes()}
+        if row_stats is not None:
+            header["row_values"] = row_values
         try:
             self._send_payload(header, np.ascontiguousarray(flat).reshape(-1))
         finally:  # copied, or never to be read: either way ``flat`` is free
@@ -351,7 +360,7 @@ def _apply(stdin, stdout, ring, writer, done, SegmentWriter):
         if op == "add":
             writer.add(msg["row"], array, stats=msg["stats"], store=msg["store"], on_stored=on_stored)
         else:
-            sums = None if msg["sums"] is None else np.frombuffer(msg["sums"], dtype=np.float64).reshape(-1, 5)
+            sums = _batch_sums(msg)
             writer.add_batch(msg["rows"], array, msg["spans"], sums, stats=msg["stats"], store=msg["store"],
                              on_stored=on_stored)
     elif op == "free":  # a slot that was never filled: its space only
@@ -367,6 +376,15 @@ def _apply(stdin, stdout, ring, writer, done, SegmentWriter):
         _say(stdout, "ok")
         return writer, done, op == "close"
     return writer, done, False
+
+
+def _batch_sums(msg: dict) -> np.ndarray | None:
+    """A batch message's [k, 5] statistics sums: sent as they are, or added up here from the
+    buffer's row statistics; None when it carries neither."""
+    if msg.get("row_stats") is not None:
+        return sums_from_rows(np.frombuffer(msg["row_stats"], dtype=np.float64).reshape(4, -1), msg["spans"],
+                              msg["row_values"])
+    return None if msg["sums"] is None else np.frombuffer(msg["sums"], dtype=np.float64).reshape(-1, 5)
 
 
 def _owned() -> None:

@@ -122,6 +122,9 @@ class FakeEvent:
     def synchronize(self):
         pass
 
+    def query(self):
+        return True
+
 
 def test_cuda_stager_reuses_pinned_buffers_and_bounds_them(monkeypatch):
     """CudaStager's own code with the device calls replaced: pinned allocation -> plain, event -> fake."""
@@ -382,9 +385,10 @@ def test_a_batch_write_failure_surfaces_and_gives_every_buffer_back(tmp_path, mo
 
 
 # -- the ring stager: copies straight into the writer process's shared ring ---------------------
-def ring_recording(path, monkeypatch, ring_bytes=64 << 10):
+def ring_recording(path, monkeypatch, ring_bytes=64 << 10, threaded=True):
     """A process-writer recording whose drain stages into the writer's ring (RingStager), on CPU
-    tensors: registration and events stood in for, a small ring so it wraps and fills."""
+    tensors: registration and events stood in for, a small ring so it wraps and fills; ``threaded``:
+    a drain thread hands over (else the recording thread, as the recorder sets it up for this writer)."""
     from inkling_probe.store import writer_process
 
     monkeypatch.setattr(writer_process, "_RING_BYTES", ring_bytes)
@@ -405,12 +409,14 @@ def ring_recording(path, monkeypatch, ring_bytes=64 << 10):
     stager.min_bytes = 1  # these small tensors too
     rec._stager = stager
     rec._drain = staging.Drain(stager, rec._write, staging.StepBatch(stager, capacity=2048), rec._write_batch,
-                               rec._free_slot)
+                               rec._free_slot, threaded=threaded)
     stager.cancelled = lambda: rec._drain.error
     return rec, stager, registered
 
 
-def test_ring_staging_reads_back_what_the_cpu_path_stores_and_copies_nothing_on_the_host(tmp_path, monkeypatch):
+@pytest.mark.parametrize("threaded", [True, False], ids=["drain thread", "recording thread"])
+def test_ring_staging_reads_back_what_the_cpu_path_stores_and_copies_nothing_on_the_host(tmp_path, monkeypatch,
+                                                                                        threaded):
     """Batches and single tensors are copied into ring slots and sent by position: no ring.put (the
     host copy it replaces), the ring wraps and fills (the recording thread waits for the writer),
     and every tensor reads back with the hash and statistics of a plain CPU recording."""
@@ -426,8 +432,9 @@ def test_ring_staging_reads_back_what_the_cpu_path_stores_and_copies_nothing_on_
     def no_put(*a, **k):
         raise AssertionError("a payload was copied into the ring")
     monkeypatch.setattr(ring.RingWriter, "put", no_put)
-    rec, stager, registered = ring_recording(tmp_path / "ring", monkeypatch, ring_bytes=16 << 10)
+    rec, stager, registered = ring_recording(tmp_path / "ring", monkeypatch, ring_bytes=16 << 10, threaded=threaded)
     stager.wait = lambda token: time.sleep(0.002)  # copies complete late: taken slots pile up, the ring fills
+    stager.ready = lambda token: False  # (without a drain thread: handed over only when the ring is full)
     ring_writer = stager.ring
     waited = []
     real_wait = stager._wait
@@ -464,6 +471,33 @@ def test_ring_staging_keeps_8bit_floats_and_small_tensors_in_pooled_buffers(tmp_
     assert d.tensor("tiny").tolist() == [0, 1, 2] and torch.equal(d.tensor("ids"), torch.arange(100))
 
 
+def test_the_recording_thread_hands_over_finished_copies_at_probes_and_the_rest_at_step(tmp_path, monkeypatch):
+    """Without a drain thread (the process writer): a probe hands over the queued items whose copies
+    have finished, in order, and stops at the first unfinished one; step() hands over the rest."""
+    rec, stager, _ = ring_recording(tmp_path / "d", monkeypatch, ring_bytes=1 << 20, threaded=False)
+    assert not any(t.name == "inkling-probe-drain" for t in threading.enumerate())
+    finished = [0]  # copies that may finish from now on
+
+    def ready(token):
+        finished[0] -= 1
+        return finished[0] >= 0
+    monkeypatch.setattr(stager, "ready", ready)
+    inkling_probe.step()
+    for i in range(6):
+        inkling_probe.probe(f"x{i}", torch.full((1100,), float(i)))  # a batch of its own each (capacity 2048)
+    assert len(rec._drain._items) == 6  # none finished: all still queued
+    finished[0] = 3
+    inkling_probe.probe("y", torch.full((1100,), -1.0))
+    assert len(rec._drain._items) == 4  # three handed over, in order; the fourth is not finished
+    inkling_probe.step()
+    assert not rec._drain._items
+    sink.stop()
+    d = inkling_probe.open(tmp_path / "d")
+    assert d.complete_through_step() == 1
+    assert [float(d.array(f"x{i}", 1)[0]) for i in range(6)] == [float(i) for i in range(6)]
+    assert float(d.array("y", 1)[0]) == -1.0
+
+
 def test_a_refused_registration_stages_through_pooled_buffers_with_one_warning(tmp_path, monkeypatch, capfd):
     def refuse(address, n):
         raise OSError("cudaHostRegister of the writer's ring failed (CUDA error 1)")
@@ -480,11 +514,12 @@ def test_a_refused_registration_stages_through_pooled_buffers_with_one_warning(t
                      "pinned buffers (slower)"]
 
 
-def test_a_slot_taken_when_ctrl_c_comes_is_freed_and_recording_goes_on(tmp_path, monkeypatch):
+@pytest.mark.parametrize("threaded", [True, False], ids=["drain thread", "recording thread"])
+def test_a_slot_taken_when_ctrl_c_comes_is_freed_and_recording_goes_on(tmp_path, monkeypatch, threaded):
     """A KeyboardInterrupt between taking a ring slot and queueing it (here: while the batch's event
     is recorded) must not leave the slot taken for ever: the writer frees it, later steps are whole
     (the ring is large enough here that a leaked slot fails the tail check instead of hanging)."""
-    rec, stager, _ = ring_recording(tmp_path / "d", monkeypatch, ring_bytes=1 << 20)
+    rec, stager, _ = ring_recording(tmp_path / "d", monkeypatch, ring_bytes=1 << 20, threaded=threaded)
     real_record, calls = stager.record, []
 
     def record():
