@@ -376,9 +376,9 @@ def report(results: dict, startup: dict | None) -> None:
             if "floor" in c:  # the bytes' own cost: the best lead a recorder that hashes and summarises can have
                 per = statistics.median(plain) / c["steps"]
                 best = statistics.median(t["torch.save hooks"]) / c["steps"] / (per + c["floor"])
-                print(f"{'':13s} floor: hashing, summarising and writing a forward's tensors, no hooks, rows or datasets: "
-                      f"{c['floor'] * 1e3:.1f} ms = {(per + c['floor']) / per:.2f}x of plain: torch.save / record "
-                      f"can be at most {best:.2f}")
+                print(f"{'':13s} floor: hashing, summarising and writing a forward's tensors, no hooks, rows or "
+                      f"datasets: {c['floor'] * 1e3:.1f} ms = {(per + c['floor']) / per:.2f}x of plain: torch.save / "
+                      f"record can be at most {best:.2f}")
         if "start" in res:
             s = res["start"]
             print(f"writer start ({cores} core{'s' if cores > 1 else ''}): spawn in the recording process "

@@ -43,13 +43,15 @@ def array_stats(array: np.ndarray, storage: str, dtype: str = "") -> dict:
     return _stats_from_sums(a, sums)
 
 
-def hash_and_stats(array: np.ndarray, dtype: str, storage: str, stats: bool, each=None) -> tuple[str, dict | None]:
+def hash_and_stats(array: np.ndarray, dtype: str, storage: str, stats: bool,
+                   each=None) -> tuple[str, dict | None]:
     """(:func:`content_hash`, :func:`array_stats` or None without ``stats``) of a C-contiguous array in
     one pass over its memory, 64K values at a time: each chunk is hashed, summed and handed to
-    ``each(bytes, byte offset)`` (the writer's ``pwrite``) while it is in the cache, instead of
-    three passes over the whole tensor (small CPU forward: ~7 ms of ~23 ms less). The same chunks
-    and order as the separate calls, so the same bits; a tensor with a NaN or an infinity is
-    summed again by :func:`array_stats` (its masked path)."""
+    ``each(bytes, byte offset)`` (the writer's ``pwrite``) while it is in the cache, instead of a
+    pass over the whole tensor for each (small's 206 tensors, 97 MB, on one core of the 2-core
+    machine: hashed and summarised in 17.6 ms against 9.8 + 15.4 ms apart). The same chunks and
+    order as the separate calls, so the same bits; a tensor with a NaN or an infinity is summed
+    again by :func:`array_stats` (its masked path)."""
     flat = array.reshape(-1)
     h = _hash_state(dtype, array.shape)
     summed = stats and storage != "raw" and flat.size

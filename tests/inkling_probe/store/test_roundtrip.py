@@ -179,10 +179,11 @@ def test_one_pass_hash_and_stats_equal_the_separate_ones(kind, size):
     from inkling_probe.store.stats import content_hash, hash_and_stats
 
     rng = np.random.default_rng(3)
-    a = {"float64": rng.standard_normal(size), "int64": rng.integers(-10**12, 10**12, size),
-         "bool": rng.integers(0, 2, size).astype(bool), "-0.0": -np.zeros(size, np.float32),
-         "bfloat16": rng.integers(0, 65536, size).astype(np.uint16), "huge": np.full(size, 3e38, np.float32),
-         "float16": rng.standard_normal(size).astype(np.float16)}.get(kind, rng.standard_normal(size).astype(np.float32))
+    made = {"float64": rng.standard_normal(size), "int64": rng.integers(-10**12, 10**12, size),
+            "bool": rng.integers(0, 2, size).astype(bool), "-0.0": -np.zeros(size, np.float32),
+            "bfloat16": rng.integers(0, 65536, size).astype(np.uint16), "huge": np.full(size, 3e38, np.float32),
+            "float16": rng.standard_normal(size).astype(np.float16)}
+    a = made.get(kind, rng.standard_normal(size).astype(np.float32))  # float32, and "nan" below
     if kind == "nan":
         a[::1000], a[1::777] = np.nan, -np.inf
     a = a.reshape(1, size)
