@@ -81,20 +81,31 @@ def interleaved(fns: dict, repeats: int, cpu: dict | None = None, after=None) ->
 
 
 def prune(root: str) -> None:
-    """Free the disk between timed runs (a 1 GB forward writes 3 GB a run): torch.save's folders
-    but the latest, and the recordings' segments past the first few (steps 0 and 1 stay: their
-    index is counted at the end). Finished files only; nothing a writer holds open."""
+    """Free the disk between timed runs (a 1 GB forward writes 2.5 GB a run): torch.save's folders
+    but the latest, and every finished segment of the recordings but those of step 0 (the warm-up's
+    first forward, counted at the end). Keeping the first four segments instead kept 10 GB a writer
+    at 1gb (a step spans three 1 GB segments), 20 GB of a 24 GB machine's memory where the temp dir
+    is a tmpfs. Nothing a writer holds open is touched."""
     folders = sorted((e for e in os.scandir(root) if e.name.startswith("pt-")), key=lambda e: int(e.name[3:]))
     for e in folders[:-1]:
         shutil.rmtree(e.path)
     from inkling_probe.store import schema
+    from inkling_probe.store.segments import read_segment
 
     for writer in ("inline", "process"):
         folder = os.path.join(root, writer)
         for name in os.listdir(folder) if os.path.isdir(folder) else ():
-            parsed = schema.parse_segment_name(name)
-            if parsed and parsed[1] > 3 and not name.endswith(schema.TMP_SUFFIX):
-                os.remove(os.path.join(folder, name))
+            path = os.path.join(folder, name)
+            if not schema.parse_segment_name(name) or name.endswith(schema.TMP_SUFFIX) or path in _FIRST_STEP:
+                continue
+            rows = read_segment(path)[1]
+            if rows and min(r["step"] for r in rows) > 0:
+                os.remove(path)
+            else:
+                _FIRST_STEP.add(path)
+
+
+_FIRST_STEP: set = set()  # segments that hold step 0 (kept; their index is not read again)
 
 
 def cpu_seconds() -> float:
@@ -199,8 +210,46 @@ def cell(shape: str, repeats: int, steps: int) -> dict:
     tensors = sum(1 for r in d.index if r["step"] == first)
     shutil.rmtree(root)
     from inkling_probe.record.recorder import writer_mode
+    with torch.no_grad():
+        work = floor(model, ids, repeats)
     return {"times": times, "cpu": cpu, "mb": mb, "tensors": tensors, "files": hooks["files"],
-            "auto": writer_mode("auto"), "steps": steps}
+            "auto": writer_mode("auto"), "steps": steps, "floor": work}
+
+
+def floor(model, ids, repeats: int) -> float:
+    """Seconds a forward's bytes cost the recorder at the least: every module output of one forward
+    (made contiguous beforehand) hashed and summarised (stats.hash_and_stats) and written into one
+    fresh file in the temp dir; no hooks, rows, datasets or index. Median of ``repeats``. torch.save
+    writes the same bytes, and neither hashes nor summarises them."""
+    from inkling_probe.hooks import flatten
+    from inkling_probe.store.stats import hash_and_stats
+
+    arrays = []  # the fp32 model's outputs: float32 and int64 (numpy takes both)
+    handles = [m.register_forward_hook(lambda m, a, o: arrays.extend(t.contiguous().numpy().copy()
+                                                                        for _, t in flatten(o, "")))
+               for m in model.modules()]
+    try:
+        model(ids)
+    finally:
+        for h in handles:
+            h.remove()
+    root = tempfile.mkdtemp(prefix="bench-floor-")
+    samples = []
+    for i in range(repeats + 1):
+        path = os.path.join(root, str(i))
+        t0 = time.perf_counter()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        at = 0
+        for a in arrays:
+            hash_and_stats(a, a.dtype.name, "native", True)
+            if a.size:
+                os.pwrite(fd, memoryview(a).cast("B"), at)
+            at += a.nbytes
+        os.close(fd)
+        samples.append(time.perf_counter() - t0)
+        os.remove(path)
+    shutil.rmtree(root)
+    return statistics.median(samples[1:])
 
 
 def writer_start(repeats: int) -> dict:
@@ -324,6 +373,12 @@ def report(results: dict, startup: dict | None) -> None:
                     for w in ("inline", "process")}
             print(f"{'':13s} wall: torch.save / record: inline {wall['inline']:.2f}, process {wall['process']:.2f} "
                   "(target >= 1.3 for the auto writer)")
+            if "floor" in c:  # the bytes' own cost: the best lead a recorder that hashes and summarises can have
+                per = statistics.median(plain) / c["steps"]
+                best = statistics.median(t["torch.save hooks"]) / c["steps"] / (per + c["floor"])
+                print(f"{'':13s} floor: hashing, summarising and writing a forward's tensors, no hooks, rows or "
+                      f"datasets: {c['floor'] * 1e3:.1f} ms = {(per + c['floor']) / per:.2f}x of plain: torch.save / "
+                      f"record can be at most {best:.2f}")
         if "start" in res:
             s = res["start"]
             print(f"writer start ({cores} core{'s' if cores > 1 else ''}): spawn in the recording process "

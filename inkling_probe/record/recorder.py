@@ -348,7 +348,7 @@ class Recorder:
                                        token_dim)
         if t.is_cuda and torch.cuda.is_current_stream_capturing():
             raise SettingsError(f"probe {name!r}: eager probes cannot run inside CUDA-graph capture")
-        if not (t.is_cuda or t.device.type == "cpu"):
+        if not (t.is_cpu or t.is_cuda):
             t = t.cpu()  # other devices: a synchronous copy
         row = {
             "key": name, "step": self.step_id, "seq": seq, "call": call, "rank": self.rank,
@@ -412,6 +412,8 @@ def _check_name(name) -> None:
 
 
 def _check_layout(name: str, tensor: torch.Tensor, shard: str, dim) -> None:
+    if shard == "replicated":
+        return
     if shard not in schema.SHARDS:
         raise SettingsError(f"probe {name!r}: shard={shard!r}, expected one of {'|'.join(schema.SHARDS)}")
     if shard == "concat" and (dim is None or not -tensor.dim() <= dim < tensor.dim()):

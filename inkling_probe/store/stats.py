@@ -34,17 +34,60 @@ def array_stats(array: np.ndarray, storage: str, dtype: str = "") -> dict:
     """
     if array.size == 0 or storage == "raw":
         return dict(NAN_STATS)
-    a = array.reshape(-1)
+    a = _summed(array.reshape(-1), dtype)
+    # BLAS dots of 64K values (the sum a dot with ones) added in float64: relative error ~1e-6,
+    # plenty for a summary (compare computes its metrics in float64). A finite sum and dot mean every
+    # value is finite.
+    with np.errstate(over="ignore", invalid="ignore"):
+        sums = _sums(a)
+    return _stats_from_sums(a, sums)
+
+
+def hash_and_stats(array: np.ndarray, dtype: str, storage: str, stats: bool,
+                   each=None) -> tuple[str, dict | None]:
+    """(:func:`content_hash`, :func:`array_stats` or None without ``stats``) of a C-contiguous array in
+    one pass over its memory, 64K values at a time: each chunk is hashed, summed and handed to
+    ``each(bytes, byte offset)`` (the writer's ``pwrite``) while it is in the cache, instead of a
+    pass over the whole tensor for each (small's 206 tensors, 97 MB, on one core of the 2-core
+    machine: hashed and summarised in 17.6 ms against 9.8 + 15.4 ms apart). The same chunks and
+    order as the separate calls, so the same bits; a tensor with a NaN or an infinity is summed
+    again by :func:`array_stats` (its masked path)."""
+    flat = array.reshape(-1)
+    h = _hash_state(dtype, array.shape)
+    summed = stats and storage != "raw" and flat.size
+    parts = []
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i in range(0, flat.size, _DOT_CHUNK):
+            c = flat[i: i + _DOT_CHUNK]
+            h.update(c.data)
+            if summed:
+                parts.append(_chunk_sums(_summed(c, dtype)))
+            if each is not None:
+                each(memoryview(c).cast("B"), i * flat.itemsize)
+    if not stats:
+        return h.hexdigest(), None
+    if not summed:
+        return h.hexdigest(), dict(NAN_STATS)
+    total, sq, high, low = _fold(parts)
+    if not (math.isfinite(total) and math.isfinite(sq)):
+        return h.hexdigest(), array_stats(array, storage, dtype)
+    return h.hexdigest(), summary(flat.size, total, sq, max(high, -low), 0, 0)
+
+
+def _summed(a: np.ndarray, dtype: str) -> np.ndarray:
+    """1-D stored values as the float type they are summed in (bf16 bits as float32, ints as float64)."""
     if a.dtype not in _SUMMED:
         if dtype == "bfloat16" and a.dtype == np.uint16:
             a = bf16_bits_to_float32(a)
         if a.dtype.kind != "f" or a.dtype.itemsize < 4:
             a = a.astype(np.float64 if a.dtype.kind in "iub" else np.float32)
-    # BLAS dots of 64K values (the sum a dot with ones) added in float64: relative error ~1e-6,
-    # plenty for a summary (compare computes its metrics in float64). A finite sum and dot mean every
-    # value is finite.
-    with np.errstate(over="ignore", invalid="ignore"):
-        total, sq, high, low = _sums(a)
+    return a
+
+
+def _stats_from_sums(a: np.ndarray, sums: tuple) -> dict:
+    """The statistics of 1-D float ``a`` whose :func:`_fold`ed sums are ``sums``: where they are not
+    finite, the NaNs and infinities are counted and the finite values summed alone."""
+    total, sq, high, low = sums
     nan = inf = 0
     if not (math.isfinite(total) and math.isfinite(sq)):
         finite = np.isfinite(a)
@@ -69,18 +112,32 @@ def _sums(a: np.ndarray) -> tuple[float, float, float, float]:
     """(sum, sum of squares, max, min) of 1-D float ``a``, chunk by chunk: 64K values (256 KB of
     float32) stay in cache for the four passes, and the sums are BLAS dots (a float32 sum as a dot
     with ones: 4x numpy's pairwise sum, the same error), added in float64."""
-    ones = _ONES.get(a.dtype)
-    if ones is None:
-        ones = _ONES.setdefault(a.dtype, np.ones(_DOT_CHUNK, dtype=a.dtype))
     if a.size <= _DOT_CHUNK:
-        return (float(np.dot(a, ones[: a.size])), float(np.dot(a, a)), float(a.max()), float(a.min()))
+        return _chunk_sums(a)
+    return _fold(_chunk_sums(a[i: i + _DOT_CHUNK]) for i in range(0, a.size, _DOT_CHUNK))
+
+
+def _chunk_sums(c: np.ndarray) -> tuple[float, float, float, float]:
+    """(sum, sum of squares, max, min) of at most ``_DOT_CHUNK`` float values."""
+    ones = _ONES.get(c.dtype)
+    if ones is None:
+        ones = _ONES.setdefault(c.dtype, np.ones(_DOT_CHUNK, dtype=c.dtype))
+    return float(np.dot(c, ones[: c.size])), float(np.dot(c, c)), float(c.max()), float(c.min())
+
+
+def _fold(parts) -> tuple[float, float, float, float]:
+    """Chunks' sums added in order; one chunk's as they are (0.0 + -0.0 would lose the sign)."""
+    parts = iter(parts)
+    first = next(parts)
+    second = next(parts, None)
+    if second is None:
+        return first
     total = sq = 0.0
     high, low = -math.inf, math.inf
-    for i in range(0, a.size, _DOT_CHUNK):
-        c = a[i: i + _DOT_CHUNK]
-        total += float(np.dot(c, ones[: c.size]))
-        sq += float(np.dot(c, c))
-        high, low = max(high, float(c.max())), min(low, float(c.min()))
+    for s, q, hi, lo in (first, second, *parts):
+        total += s
+        sq += q
+        high, low = max(high, hi), min(low, lo)
     return total, sq, high, low
 
 
@@ -103,16 +160,22 @@ def content_hash(array: np.ndarray, dtype: str, shape) -> str:
     The stored form is a bijection of the original bits (docs/FORMAT.md), so equal hashes mean
     bit-identical tensors of the same dtype and shape.
     """
+    h = _hash_state(dtype, shape)
+    if array.size:
+        h.update(array.data if array.flags.c_contiguous else np.ascontiguousarray(array).data)
+    return h.hexdigest()
+
+
+def _hash_state(dtype: str, shape):
+    """A fresh XXH3 state that has hashed "dtype:shape:" (the prefix hashed once per (dtype, shape):
+    a copy costs a fifth of hashing it)."""
     key = (dtype, tuple(shape))
     prefix = _PREFIXES.get(key)
     if prefix is None:
         if len(_PREFIXES) > 4096:
             _PREFIXES.clear()
         prefix = _PREFIXES[key] = xxhash.xxh3_64(f"{dtype}:{tuple(int(s) for s in shape)}:".encode())
-    h = prefix.copy()  # the prefix hashed once per (dtype, shape): a copy costs a fifth of hashing it
-    if array.size:
-        h.update(array.data if array.flags.c_contiguous else np.ascontiguousarray(array).data)
-    return h.hexdigest()
+    return prefix.copy()
 
 
 _PREFIXES: dict = {}  # (dtype, shape) -> an XXH3 state that has hashed "dtype:shape:"

@@ -40,7 +40,7 @@ import numpy as np
 from inkling_probe.errors import DumpError
 from inkling_probe.store import schema
 from inkling_probe.store.batch import Countdown, add_each, split
-from inkling_probe.store.stats import NAN_STATS, array_stats, content_hash
+from inkling_probe.store.stats import NAN_STATS, array_stats, content_hash, hash_and_stats
 
 _GZIP_MIN_BYTES = 1 << 20
 _PACK_PART_BYTES = 1 << 20
@@ -449,15 +449,22 @@ def _failed(row: dict, folder: str, e: BaseException) -> str:
     return f"recording {row['key']!r} (step {row['step']}) in {folder}: {why(e)}"
 
 
-def _summarise(row: dict, array: np.ndarray, stats) -> None:
+def _summarise(row: dict, array: np.ndarray, stats, each=None) -> None:
     """Fill in the row's content hash and statistics: computed (``stats`` True), given (a dict,
-    computed on the GPU), or none (False: NaN and -1 counts)."""
-    row["hash"] = content_hash(array, row["dtype"], array.shape).encode()
-    if isinstance(stats, dict):
-        row.update(stats)
+    computed on the GPU), or none (False: NaN and -1 counts). ``each(bytes, byte offset)`` is
+    called on every 64K-value chunk of ``array`` while it is in the cache (the writer's
+    ``pwrite``; stats.hash_and_stats)."""
+    compute = bool(stats) and not isinstance(stats, dict)
+    if each is None:  # (a packed tensor: in the cache already, and the fewer calls the better)
+        row["hash"] = content_hash(array, row["dtype"], array.shape).encode()
+        computed = array_stats(array, row["storage"], row["dtype"]) if compute else None
     else:
-        row.update(array_stats(array, row["storage"], row["dtype"]) if stats
-                   else {**NAN_STATS, "nan": -1, "inf": -1})
+        digest, computed = hash_and_stats(np.ascontiguousarray(array), row["dtype"], row["storage"], compute, each)
+        row["hash"] = digest.encode()
+    row.update(computed if compute else stats if isinstance(stats, dict) else _NO_STATS)
+
+
+_NO_STATS = {**NAN_STATS, "nan": -1, "inf": -1}
 
 
 def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
@@ -615,9 +622,11 @@ class _Jobs:
         """Hash and summarise the tensor, and write its bytes at ``offset`` (or one of the two)."""
         try:
             if self._error is None:
-                if summarise:
+                if summarise and write and array.size:
+                    self._summarise_and_write(row, array, stats, fd, offset)
+                elif summarise:
                     _summarise(row, array, stats)
-                if write and array.size:
+                elif write and array.size:
                     with self._io:
                         if self.reserve:
                             _reserve_blocks(fd, offset, array.nbytes)
@@ -628,6 +637,18 @@ class _Jobs:
         finally:
             if on_stored is not None:
                 on_stored()
+
+    def _summarise_and_write(self, row, array, stats, fd: int, offset: int) -> None:
+        """Hash, summarise and write the tensor in one pass over its memory, chunk by chunk (each
+        chunk written while it is in the cache); the writes take turns as whole writes do."""
+        if self.reserve:
+            with self._io:
+                _reserve_blocks(fd, offset, array.nbytes)
+
+        def write(view, at):
+            with self._io:
+                _pwrite_all(fd, view, offset + at)
+        _summarise(row, array, stats, write)
 
     def check(self) -> None:
         if self._error is not None:

@@ -171,6 +171,31 @@ def test_array_stats_over_many_chunks_see_every_chunk(dtype):
         assert (s["nan"], s["inf"]) == (1, 1) and s["mean"] == pytest.approx(finite.mean(), rel=1e-6)
 
 
+@pytest.mark.parametrize("kind", ["float32", "float64", "float16", "bfloat16", "int64", "bool", "-0.0", "nan", "huge"])
+@pytest.mark.parametrize("size", [1, 65536, 3 * 65536 + 123])
+def test_one_pass_hash_and_stats_equal_the_separate_ones(kind, size):
+    """The writer's one pass (hash, sums and the write, 64K values at a time) gives the bits of
+    content_hash and array_stats, hands every byte over once in order, and keeps -0.0's sign."""
+    from inkling_probe.store.stats import content_hash, hash_and_stats
+
+    rng = np.random.default_rng(3)
+    made = {"float64": rng.standard_normal(size), "int64": rng.integers(-10**12, 10**12, size),
+            "bool": rng.integers(0, 2, size).astype(bool), "-0.0": -np.zeros(size, np.float32),
+            "bfloat16": rng.integers(0, 65536, size).astype(np.uint16), "huge": np.full(size, 3e38, np.float32),
+            "float16": rng.standard_normal(size).astype(np.float16)}
+    a = made.get(kind, rng.standard_normal(size).astype(np.float32))  # float32, and "nan" below
+    if kind == "nan":
+        a[::1000], a[1::777] = np.nan, -np.inf
+    a = a.reshape(1, size)
+    seen = []
+    digest, stats = hash_and_stats(a, kind, "native", True, lambda view, at: seen.append((at, bytes(view))))
+    assert digest == content_hash(a, kind, a.shape)
+    assert b"".join(b for _, b in seen) == a.tobytes() and [at for at, _ in seen] == sorted(at for at, _ in seen)
+    want = array_stats(a, "native", kind)
+    assert repr(stats) == repr(want)  # NaN, -0.0 and every float to the bit
+    assert hash_and_stats(a, kind, "native", False) == (digest, None)
+
+
 @pytest.mark.parametrize("compress", ["none", "gzip"])
 def test_bf16_is_stored_as_itself_two_bytes_a_value(tmp_path, compress):
     """Every bf16 bit pattern (NaN payloads too) in an own dataset, plain or deflated, and in a pack
