@@ -45,13 +45,19 @@ ROUNDS = 7
 
 
 def spinning_events(stager) -> None:
-    def record():
+    def record(stream=None):
+        stream = stream if stream is not None else torch.cuda.current_stream()
         with stager._room:
-            event = stager._events.pop() if stager._events else torch.cuda.Event()
-        event.record()
+            pool = stager._events.setdefault(("spinning", stream.device.index), [])
+            event = pool.pop() if pool else torch.cuda.Event()
+        event.record(stream)
         return event
+
+    def give(event):
+        with stager._room:
+            stager._events.setdefault(("spinning", event.device.index), []).append(event)
     stager._events.clear()
-    stager.record = record
+    stager.record, stager._give_event = record, give
 
 
 def no_writer(rec) -> None:

@@ -40,26 +40,54 @@ def usable(r: np.ndarray, c: np.ndarray) -> bool:
 
 @functools.cache
 def kernel():
-    """The compiled :func:`reduce_chunk`, or None where numba cannot be imported."""
+    """The compiled :func:`run`'s loop, or None where numba cannot be imported or cannot compile it
+    (tried here on the two dtypes, so a broken install or disk cache shows now, not mid-compare)."""
     try:
         from inkling_probe.compare import fused_kernel
-    except Exception:  # noqa: BLE001 (numba not installed, or broken for this Python/numpy: numpy pass)
+
+        k = fused_kernel.reduce_chunk
+        for dtype in DTYPES:
+            z = np.zeros(8, dtype)
+            k(z, z, BLOCK, NONE, NONE, NONE, 0, 0.0, 0.0)
+    except Exception:  # noqa: BLE001 (numba missing or broken, its cache unreadable or full: numpy pass)
         return None
-    return fused_kernel.reduce_chunk
+    return k
 
 
-def row_sums(k, r: np.ndarray, c: np.ndarray, per: np.ndarray, own: np.ndarray) -> bool:
+def run(r: np.ndarray, c: np.ndarray, width: int, per, own, cols, col_rows: int, atol: float, rtol: float):
+    """The compiled pass over one chunk (arguments and result: fused_kernel.reduce_chunk), or None
+    when it is off or fails to compile for these arrays (then off for the rest of the process): the
+    caller measures the chunk the numpy way."""
+    k = None if _NO_KERNEL else kernel()
+    if k is None:
+        return None
+    try:
+        return k(r, c, width, per, own, cols, col_rows, atol, rtol)
+    except Exception:  # noqa: BLE001 (a signature numba could not compile or cache: the numpy pass)
+        _NO_KERNEL.append(True)
+        return None
+
+
+_NO_KERNEL: list = []  # set once the compiled pass failed in this process
+
+
+def on() -> bool:
+    """Is the compiled pass available in this process?"""
+    return not _NO_KERNEL and kernel() is not None
+
+
+def row_sums(r: np.ndarray, c: np.ndarray, per: np.ndarray, own: np.ndarray) -> bool:
     """Each row's sums of d^2 and r^2 of the ``[rows, width]`` blocks ``r``, ``c`` into ``per`` and
-    ``own`` by the compiled pass ``k`` (bit for bit the row sums the metrics' pass gives for the same
-    rows); False when the blocks are not usable or hold a non-finite value (``per``/``own`` then
-    hold nothing meaningful: the caller sums them the general way)."""
+    ``own`` by the compiled pass (bit for bit the row sums the metrics' pass gives for the same
+    rows); False when the blocks are not usable or hold a non-finite value, or the pass is off
+    (``per``/``own`` then hold nothing meaningful: the caller sums them the general way)."""
     if r.ndim != 2 or not r.shape[1]:
         return False
     rf, cf = r.reshape(-1), c.reshape(-1)
     if not usable(rf, cf):
         return False
-    rr, cc = k(rf, cf, r.shape[1], per, own, NONE, 0, 0.0, 0.0)[:2]
-    return bool(np.isfinite(rr) and np.isfinite(cc))
+    got = run(rf, cf, r.shape[1], per, own, NONE, 0, 0.0, 0.0)
+    return got is not None and bool(np.isfinite(got[0]) and np.isfinite(got[1]))
 
 
 NONE = np.empty(0)  # [0] float64: "not kept"

@@ -206,10 +206,10 @@ def row_errors_and_scale(ref, cand, d: int) -> tuple[np.ndarray, np.ndarray]:
     r_m, c_m = np.moveaxis(r_all, d, 0).reshape(n, -1), np.moveaxis(c_all, d, 0).reshape(n, -1)
     per, own = np.zeros(n), np.zeros(n)
     block = max(1, CHUNK // max(r_m.shape[1], 1))  # the rows metrics.compare_with_rows sums at once
-    k = fused.kernel() if r_m.size >= fused.MIN_VALUES else None  # as the metrics' pass decides
+    compiled = r_m.size >= fused.MIN_VALUES and fused.on()  # as the metrics' pass decides
     for lo in range(0, n, block):
-        if k is not None and fused.row_sums(k, r_m[lo: lo + block], c_m[lo: lo + block],
-                                            per[lo: lo + block], own[lo: lo + block]):
+        if compiled and fused.row_sums(r_m[lo: lo + block], c_m[lo: lo + block], per[lo: lo + block],
+                                       own[lo: lo + block]):
             continue
         r = r_m[lo: lo + block].astype(np.float64)
         c = c_m[lo: lo + block].astype(np.float64)

@@ -154,11 +154,11 @@ class _Acc:
         rows = n // width if width else 0
         self.per, self.own = np.zeros(rows), np.zeros(rows)  # [rows] sums of d^2 and of r^2 (finite positions)
         self.cols = (np.zeros(width), np.empty(width)) if width and columns else None  # sums, scratch
-        self.kernel = fused.kernel() if n >= fused.MIN_VALUES else None  # the compiled pass (fused.py)
+        self.compiled = n >= fused.MIN_VALUES and fused.on()  # the compiled pass (fused.py)
 
     def add(self, start: int, r_in: np.ndarray, c_in: np.ndarray, atol: float, rtol: float) -> None:
         """Add the chunk of values ``r_in``, ``c_in`` (flat, any real dtype) starting at ``start``."""
-        if self.kernel is not None and fused.usable(r_in, c_in) and self._add_fused(start, r_in, c_in, atol, rtol):
+        if self.compiled and fused.usable(r_in, c_in) and self._add_fused(start, r_in, c_in, atol, rtol):
             return
         n, b = r_in.size, self.buf
         r, c, d = self._f64(r_in, b.r[:n]), self._f64(c_in, b.c[:n]), b.d[:n]
@@ -177,7 +177,7 @@ class _Acc:
 
     def _add_fused(self, start: int, r: np.ndarray, c: np.ndarray, atol: float, rtol: float) -> bool:
         """The chunk in one compiled pass (fused.py); False, adding nothing, when a value is not
-        finite (or a square overflows): the numpy pass then measures the chunk the general way."""
+        finite (or a square overflows), or the pass cannot run: the numpy pass then measures the chunk."""
         w = self.width or fused.BLOCK
         per = own = cols = fused.NONE
         if self.width:
@@ -186,8 +186,10 @@ class _Acc:
         if self.cols is not None:
             cols = self.cols[1]  # scratch: added to the sums only for a finite chunk
             cols.fill(0.0)
-        rr, cc, rc, dd, max_abs, max_at, ref_absmax, outside, unequal = self.kernel(
-            r, c, w, per, own, cols, self.piece // w, float(atol), float(rtol))
+        got = fused.run(r, c, w, per, own, cols, self.piece // w, float(atol), float(rtol))
+        if got is None:
+            return False
+        rr, cc, rc, dd, max_abs, max_at, ref_absmax, outside, unequal = got
         if not (math.isfinite(rr) and math.isfinite(cc)):
             return False
         self.rr += rr
@@ -221,8 +223,9 @@ class _Acc:
         ``r`` is this accumulator's buffer, free to overwrite with the tolerances."""
         self.rr += rr
         self.cc += cc
-        self.rc += float(np.dot(r, c))
-        self.dd += float(np.dot(d, d))
+        with np.errstate(over="ignore"):  # a float64 difference's square may overflow (sqnr -inf)
+            self.rc += float(np.dot(r, c))
+            self.dd += float(np.dot(d, d))
         outside = unequal = 0
         for lo, hi in self._pieces(r.size):
             ad = np.abs(d[lo:hi], out=d[lo:hi])
@@ -361,7 +364,7 @@ def _finish(acc: _Acc, n: int, shape, atol: float, rtol: float) -> Metrics:
     m.cosine = _cosine(acc.rc, acc.rr, acc.cc)
     m.max_abs = max(acc.max_abs, 0.0)
     m.max_abs_index = unravel(acc.max_at, shape) if acc.max_at is not None else None
-    m.sqnr_db = math.inf if acc.dd == 0 else (-math.inf if acc.rr == 0 else 10 * math.log10(acc.rr / acc.dd))
+    m.sqnr_db = _sqnr_db(acc.rr, acc.dd)
     m.outside = acc.outside / n
     m.mismatch = acc.unequal / n
     m.ref_rms, m.cand_rms = math.sqrt(acc.rr / n), math.sqrt(acc.cc / n)
@@ -383,6 +386,15 @@ def _nonfinite_errors(m: Metrics, acc: _Acc, shape) -> None:
     m.cosine = math.nan
     if acc.first_odd is not None:
         m.max_abs_index = unravel(acc.first_odd, shape)
+
+
+def _sqnr_db(rr: float, dd: float) -> float:
+    """10 log10(rr / dd): inf when equal, -inf for a zero reference or a ratio that underflows (a
+    float64 difference whose square overflows where the reference's does not)."""
+    if dd == 0:
+        return math.inf
+    ratio = rr / dd
+    return -math.inf if ratio == 0 else 10 * math.log10(ratio)
 
 
 def _ratio(num: float, den: float) -> float:

@@ -46,7 +46,8 @@ class CudaStager:
         self.limit = limit_bytes
         self._free: OrderedDict = OrderedDict()  # (dtype, shape) -> idle host tensors
         self._free_bytes = 0
-        self._events: list = []
+        self._events: dict = {}  # device index -> idle events (an event recorded on one device
+        # cannot be recorded on another's stream)
         self._outstanding = 0
         self._room = threading.Condition()
         self._side: dict = {}  # device -> the stream batches are summarised and copied out on
@@ -70,24 +71,35 @@ class CudaStager:
         host.copy_(t, non_blocking=True)
         return host, (self.record(), [host])
 
-    def record(self):
-        """An event recorded now on the current stream (after the copies just queued)."""
+    def record(self, stream=None):
+        """An event recorded now on ``stream`` (default: the current stream), after the copies
+        queued on it so far."""
         import torch
 
+        device = stream.device.index if stream is not None else torch.cuda.current_device()
         with self._room:
+            pool = self._events.setdefault(device, [])
             # blocking: the drain thread sleeps in synchronize() instead of spinning on a core that
             # the model's launches and the writer process need (scripts/bench_record_parts.py)
-            event = self._events.pop() if self._events else torch.cuda.Event(blocking=True)
-        event.record()
+            event = pool.pop() if pool else torch.cuda.Event(blocking=True)
+        if stream is None:
+            event.record()
+        else:
+            event.record(stream)
         return event
 
-    def order_after_current(self, stream) -> None:
-        """Make ``stream`` wait for what is queued on the current stream so far (a pooled event:
-        ``wait_stream`` would create and destroy one each time)."""
-        event = self.record()
+    def order_after(self, stream, after) -> None:
+        """Make ``stream`` wait for what is queued on ``after`` so far (a pooled event:
+        ``wait_stream`` would create and destroy one each time). ``after`` is the stream the work
+        was queued on, not the current one: a batch is sealed when the next probe runs on another
+        stream, and its copy out must still follow its own stream's copies."""
+        event = self.record(after)
         stream.wait_event(event)
+        self._give_event(event)  # the wait took the event's state: it may be recorded again
+
+    def _give_event(self, event) -> None:
         with self._room:
-            self._events.append(event)  # the wait took the event's state: it may be recorded again
+            self._events.setdefault(event.device.index, []).append(event)
 
     def wait(self, token) -> None:
         token[0].synchronize()
@@ -99,8 +111,8 @@ class CudaStager:
     def release(self, token) -> None:
         """Give back a token's event and host buffers (the writer has them on disk or copied)."""
         event, hosts = token
+        self._give_event(event)
         with self._room:
-            self._events.append(event)
             for host in hosts:
                 self._give_back(host)
             while self._free_bytes > self.limit:  # idle buffers past the limit: unpin the oldest
@@ -324,7 +336,7 @@ class StepBatch:
         side = None
         if self._stream is not None:  # CUDA: the rest on the side stream, after what is queued so far
             side = self.stager.side_stream(self._buffer.device)
-            self.stager.order_after_current(side)
+            self.stager.order_after(side, self._stream)
             self._buffer.record_stream(side)  # not reused by the model's stream until side is done
         with _on_stream(side):
             host, pooled = self.stager.batch_host(self._buffer.dtype, used, self.capacity)

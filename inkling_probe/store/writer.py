@@ -459,7 +459,8 @@ def _summarise(row: dict, array: np.ndarray, stats, each=None) -> None:
         row["hash"] = content_hash(array, row["dtype"], array.shape).encode()
         computed = array_stats(array, row["storage"], row["dtype"]) if compute else None
     else:
-        digest, computed = hash_and_stats(np.ascontiguousarray(array), row["dtype"], row["storage"], compute, each)
+        whole = np.ascontiguousarray(array).reshape(array.shape)  # (ascontiguousarray makes a 0-d array 1-d)
+        digest, computed = hash_and_stats(whole, row["dtype"], row["storage"], compute, each)
         row["hash"] = digest.encode()
     row.update(computed if compute else stats if isinstance(stats, dict) else _NO_STATS)
 

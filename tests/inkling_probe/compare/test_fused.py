@@ -112,11 +112,32 @@ def test_without_numba_the_numpy_pass_does_everything(monkeypatch):
     monkeypatch.delitem(sys.modules, "inkling_probe.compare.fused_kernel", raising=False)
     monkeypatch.delattr(inkling_probe.compare, "fused_kernel", raising=False)
     try:
-        assert fused.kernel() is None and metrics._Acc(CHUNK).kernel is None
+        assert fused.kernel() is None and not metrics._Acc(CHUNK).compiled
         got = metrics.compare_tensors(r, c, 1e-4, 1e-3)
     finally:
         fused.kernel.cache_clear()
     _same(want, got)
+
+
+def test_a_pass_that_fails_to_compile_hands_the_chunk_to_the_numpy_pass(monkeypatch):
+    """numba failing at a call (a full disk under its cache, an unreadable cache file, a signature
+    it cannot compile) is not a traceback: the chunk is measured the numpy way, and the compiled
+    pass stays off for the process."""
+    r, c = _pair((3, CHUNK), np.float32)
+    with monkeypatch.context() as m:
+        m.setattr(fused, "MIN_VALUES", 1 << 62)
+        want = metrics.reduce_values(r, c, 1e-4, 1e-3, 0)
+    calls = []
+
+    def broken(*a):
+        calls.append(1)
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(fused, "kernel", lambda: broken)
+    monkeypatch.setattr(fused, "_NO_KERNEL", [])
+    got = metrics.reduce_values(r, c, 1e-4, 1e-3, 0)
+    assert calls == [1] and not fused.on()  # tried once, then off
+    assert got[0].to_dict() == want[0].to_dict()
+    np.testing.assert_array_equal(got[1].per, want[1].per)
 
 
 def test_small_and_other_dtypes_keep_the_numpy_pass():
@@ -136,3 +157,12 @@ def test_the_same_values_at_any_address_measure_the_same_bits():
         rb[shift:], cb[2 * shift: 2 * shift + c.size] = r, c
         got = metrics.reduce_values(rb[shift:], cb[2 * shift: 2 * shift + c.size], 1e-4, 1e-3, None)[0]
         assert got.to_dict() == want, shift
+
+
+def test_a_float64_difference_whose_square_overflows_is_an_infinite_error():
+    """The reference's squares finite, the difference's not (found in review: log10(0) raised)."""
+    r, c = np.zeros(CHUNK), np.zeros(CHUNK)
+    r[3], c[3] = 1e154, -1e154
+    m = metrics.compare_tensors(r, c)
+    assert m.rel_rms == math.inf and m.sqnr_db == -math.inf and m.error() == math.inf
+

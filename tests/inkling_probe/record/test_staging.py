@@ -112,11 +112,12 @@ def test_probes_from_threads_through_the_drain(tmp_path):
 
 class FakeEvent:
     recorded = 0
+    device = torch.device("cuda", 0)
 
     def __init__(self, blocking=False):
         self.blocking = blocking
 
-    def record(self):
+    def record(self, stream=None):
         FakeEvent.recorded += 1
 
     def synchronize(self):
@@ -124,6 +125,12 @@ class FakeEvent:
 
     def query(self):
         return True
+
+
+def fake_events(monkeypatch) -> None:
+    """CUDA events and the current device replaced (CudaStager's own code runs without a GPU)."""
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
 
 
 def test_cuda_stager_reuses_pinned_buffers_and_bounds_them(monkeypatch):
@@ -135,7 +142,7 @@ def test_cuda_stager_reuses_pinned_buffers_and_bounds_them(monkeypatch):
         allocations.append(pin_memory)
         return real_empty(*a, **k)
     monkeypatch.setattr(torch, "empty", empty)
-    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    fake_events(monkeypatch)
     stager = staging.CudaStager(limit_bytes=64)
     x = torch.arange(8.0)  # 32 bytes
     host, token = stager.stage(x)
@@ -160,7 +167,7 @@ def test_cuda_stager_reuses_pinned_buffers_and_bounds_them(monkeypatch):
 
 def test_cuda_stager_keeps_at_most_its_limit_of_idle_buffers(monkeypatch):
     """Shapes that never come back (a growing sequence) do not pin host memory for good."""
-    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    fake_events(monkeypatch)
     real_empty = torch.empty
     monkeypatch.setattr(torch, "empty", lambda *a, pin_memory=False, **k: real_empty(*a, **k))
     stager = staging.CudaStager(limit_bytes=1000)
@@ -179,7 +186,7 @@ def test_cuda_stager_keeps_bf16_two_bytes_a_value(monkeypatch):
 
     from inkling_probe.store.dtypes import decode, encode
 
-    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    fake_events(monkeypatch)
     real_empty = torch.empty
     monkeypatch.setattr(torch, "empty", lambda *a, pin_memory=False, **k: real_empty(*a, **k))
     bits = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16)  # every bf16 bit pattern
@@ -236,7 +243,7 @@ def batched_recording(path, monkeypatch, capacity=4096, writer="inline", device_
     if device_stats:
         monkeypatch.setattr(staging, "DEVICE_STATS_MIN", 0)
     monkeypatch.setattr(staging, "ROW", 16)  # several tensors a batch, several rows a tensor
-    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    fake_events(monkeypatch)
     real_empty = torch.empty
     monkeypatch.setattr(torch, "empty", lambda *a, pin_memory=False, **k: real_empty(*a, **k))
     sink.start(settings.make(path, writer=writer, **kw))
@@ -394,7 +401,7 @@ def ring_recording(path, monkeypatch, ring_bytes=64 << 10, threaded=True):
     monkeypatch.setattr(writer_process, "_RING_BYTES", ring_bytes)
     monkeypatch.setattr(staging, "ROW", 16)
     monkeypatch.setattr(staging, "DEVICE_STATS_MIN", 0)
-    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    fake_events(monkeypatch)
     registered = []
     monkeypatch.setattr(staging, "_host_register", lambda address, n: registered.append((address, n)))
     monkeypatch.setattr(staging, "_host_unregister", lambda address: registered.remove(
@@ -625,7 +632,7 @@ def test_row_statistics_add_up_to_each_tensors_statistics(monkeypatch, row):
 
 def test_the_batch_buffer_puts_each_tensor_at_a_row_start_with_zeros_between(monkeypatch):
     monkeypatch.setattr(staging, "ROW", 8)
-    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    fake_events(monkeypatch)
     real_empty = torch.empty
     monkeypatch.setattr(torch, "empty", lambda *a, pin_memory=False, **k: real_empty(*a, **k))
     batch = staging.StepBatch(staging.CudaStager(), capacity=64)
@@ -675,3 +682,26 @@ def test_on_gpu_batches_store_what_the_cpu_path_stores(tmp_path, writer):
         assert (ra["key"], ra["hash"], ra["nan"], ra["inf"]) == (rb["key"], rb["hash"], rb["nan"], rb["inf"])
         for k in ("mean", "rms", "absmax"):  # a mean near 0 is as exact as the sum: relative to the rms
             assert (np.isnan(ra[k]) and np.isnan(rb[k])) or rb[k] == pytest.approx(ra[k], rel=1e-5, abs=1e-5 * ra["rms"])
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("writer", ["inline", "process"])
+def test_a_batch_sealed_from_another_stream_waits_for_its_own_copies(tmp_path, writer):
+    """A batch is sealed when the next probe runs on another stream. Its copy to the host must wait
+    for the copies queued on the batch's own stream (still busy here behind a long kernel), not for
+    the current stream's: else the dump holds what the buffer held before (found in review)."""
+    x = torch.randn(256, 1024, device="cuda")
+    want = x.cpu() * 3
+    side = torch.cuda.Stream()
+    with inkling_probe.recording(tmp_path / "d", writer=writer):
+        inkling_probe.step()
+        torch.cuda.synchronize()
+        torch.cuda._sleep(500_000_000)  # the default stream busy for a while
+        inkling_probe.probe("late", x * 3)  # produced and appended behind the sleep
+        with torch.cuda.stream(side):
+            inkling_probe.probe("side", torch.ones(8, device="cuda"))  # seals "late"'s batch
+    d = inkling_probe.open(tmp_path / "d")
+    assert np.array_equal(np.asarray(d.array("late", 0)), want.numpy())
+    assert np.array_equal(np.asarray(d.array("side", 0)), np.ones(8, np.float32))
+
