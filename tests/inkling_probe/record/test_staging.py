@@ -688,9 +688,10 @@ def test_on_gpu_batches_store_what_the_cpu_path_stores(tmp_path, writer):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("writer", ["inline", "process"])
 def test_a_batch_sealed_from_another_stream_waits_for_its_own_copies(tmp_path, writer):
-    """A batch is sealed when the next probe runs on another stream. Its copy to the host must wait
-    for the copies queued on the batch's own stream (still busy here behind a long kernel), not for
-    the current stream's: else the dump holds what the buffer held before (found in review)."""
+    """A batch is sealed when the next probe runs on another stream, or by a step() called from
+    another stream. Its copy to the host must wait for the copies queued on the batch's own stream
+    (busy here behind a long kernel), not for the current stream's: else the dump holds what the
+    buffer held before (found in review)."""
     x = torch.randn(256, 1024, device="cuda")
     want = x.cpu() * 3
     side = torch.cuda.Stream()
@@ -700,8 +701,13 @@ def test_a_batch_sealed_from_another_stream_waits_for_its_own_copies(tmp_path, w
         torch.cuda._sleep(500_000_000)  # the default stream busy for a while
         inkling_probe.probe("late", x * 3)  # produced and appended behind the sleep
         with torch.cuda.stream(side):
-            inkling_probe.probe("side", torch.ones(8, device="cuda"))  # seals "late"'s batch
+            inkling_probe.probe("side", torch.ones(8, device="cuda"))
+            inkling_probe.step()  # seals every open batch with the side stream current
+            torch.cuda._sleep(500_000_000)
+            inkling_probe.probe("late", x * 3)  # a batch of the side stream's, sealed from the default
+        inkling_probe.step()
     d = inkling_probe.open(tmp_path / "d")
-    assert np.array_equal(np.asarray(d.array("late", 0)), want.numpy())
+    for s in (0, 1):
+        assert np.array_equal(np.asarray(d.array("late", s)), want.numpy()), s
     assert np.array_equal(np.asarray(d.array("side", 0)), np.ones(8, np.float32))
 
