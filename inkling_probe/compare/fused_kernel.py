@@ -17,7 +17,7 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-BLOCK = 4096  # values summed in one run (fused.BLOCK)
+from inkling_probe.compare.fused import BLOCK  # values summed in one run
 
 
 @intrinsic

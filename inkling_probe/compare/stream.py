@@ -22,6 +22,7 @@ import numpy as np
 from inkling_probe.compare.metrics import chunk_size, reduce_chunks
 from inkling_probe.compare.values import FP4
 from inkling_probe.store import raw
+from inkling_probe.store.stats import bf16_bits_to_float32
 
 
 class Plain:
@@ -58,12 +59,8 @@ class Plain:
 
 def _values(chunk: np.ndarray, wide: np.ndarray | None) -> np.ndarray:
     """The chunk's values: itself, or for bfloat16 bits (``wide``: a uint32 scratch buffer) their
-    exact float32 values, as store.stats.bf16_bits_to_float32 gives the loaded array."""
-    if wide is None:
-        return chunk
-    out = wide[:chunk.size]
-    np.left_shift(chunk, 16, out=out, dtype=np.uint32)
-    return out.view(np.float32)
+    exact float32 values, as the loaded array holds them."""
+    return chunk if wide is None else bf16_bits_to_float32(chunk, wide[:chunk.size])
 
 
 def open_pair(ref_dump, ref, cand_dump, cand) -> Plain | None:
