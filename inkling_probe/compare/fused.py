@@ -27,7 +27,8 @@ import functools
 
 import numpy as np
 
-BLOCK = 4096  # values summed in one run (a row, a part of a wider row, or a run of values that are not rows)
+from inkling_probe.compare.values import BLOCK
+
 MIN_VALUES = 1 << 18  # smaller tensors keep the numpy pass (no compiler to load for a small compare)
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 

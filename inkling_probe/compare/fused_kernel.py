@@ -17,7 +17,7 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-from inkling_probe.compare.fused import BLOCK  # values summed in one run
+from inkling_probe.compare.values import BLOCK  # values summed in one run
 
 
 @intrinsic

@@ -13,6 +13,9 @@ import sys
 import numpy as np
 
 CHUNK = 1 << 19  # elements per float64 chunk (4 MiB): bounds the temporaries of any metric
+# values the compiled pass (compare/fused.py) sums in one run: a row, a part of a wider row, or a run
+# of values that are not rows
+BLOCK = 4096
 FP4 = "float4_e2m1fn_x2"
 E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
                  -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=np.float64)
