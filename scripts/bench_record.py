@@ -108,6 +108,22 @@ def prune(root: str) -> None:
 _FIRST_STEP: set = set()  # segments that hold step 0 (kept; their index is not read again)
 
 
+def prune_finished_steps(root: str, keep: int = 3) -> None:
+    """(GPU bench, untimed, between runs) Delete each recording's finished segments past its first
+    ``keep`` (a segment a step here: the warm-up's steps stay for the report). A run writes ~160 MB
+    and the bench ~5 GB: left in the page cache, the dirty pages grew past the kernel's background
+    threshold on an H200 host and its writeback slowed the later runs (one run's default durability
+    1.76x in a run that kept them, 1.43x in the next run, which pruned). A recording's open segment is
+    a .tmp file and is not touched."""
+    from inkling_probe.store import schema
+
+    for folder in os.scandir(root):
+        if folder.is_dir():
+            names = sorted(n for n in os.listdir(folder.path) if schema.SEGMENT_RE.match(n))
+            for name in names[keep:]:
+                os.remove(os.path.join(folder.path, name))
+
+
 def cpu_seconds() -> float:
     """CPU seconds (user + system) of this process and of its live child processes (the writer
     process): on a shared machine other jobs inflate wall times far more than CPU times."""
@@ -487,7 +503,8 @@ def cuda_main(repeats: int, steps: int, disk: float) -> None:
             inkling_probe.sink._RECORDER = None
         return run
     with torch.no_grad():
-        t = interleaved({"plain": plain, **{label: recorded(label) for label in recs}}, repeats)
+        t = interleaved({"plain": plain, **{label: recorded(label) for label in recs}}, repeats,
+                        after=lambda: prune_finished_steps(root))
     for ctx, rec in recs.values():
         inkling_probe.sink._RECORDER = rec
         ctx.__exit__(None, None, None)
