@@ -260,12 +260,9 @@ class Recorder:
     def _staged(self, row: dict, t) -> None:
         """Copy ``t`` to the host asynchronously; the drain thread writes it (staging.py)."""
         if self._drain is None:
-            from inkling_probe.record.staging import Drain, RingBatch, RingStager, StepBatch
+            from inkling_probe.record.staging import Drain, StepBatch
             stager = self._stager or self._device_stager()
-            stats = self.settings.mode != "hash"
-            batch = None  # an injected stager (tests) copies tensor by tensor
-            if self._stager is None:  # straight into the writer's ring where there is one
-                batch = RingBatch(stager, stats=stats) if isinstance(stager, RingStager) else StepBatch(stager, stats=stats)
+            batch = StepBatch(stager, stats=self.settings.mode != "hash") if self._stager is None else None
             self._drain = Drain(stager, self._write, batch, self._write_batch, self._free_slot,
                                 threaded=self.mode != "process")  # a message to the writer process: cheap
             stager.cancelled = lambda: self._drain.error if self._drain is not None else None

@@ -353,116 +353,6 @@ class StepBatch:
         return rows, host, token, spans, stats
 
 
-class RingBatch:
-    """Consecutive float32 or bf16 probes of one stream copied straight into one slot of the writer
-    process's shared ring (:class:`RingStager`): one device-to-host copy a probe, issued with
-    ``cudaMemcpyAsync`` (about half a device-to-device copy's CPU cost on an H200 host), and at
-    :meth:`seal` one event. No device buffer, no statistics kernels: the writer process hashes and
-    summarises the values on its own cores, as it writes them.
-
-    A slot holds :data:`RING_BATCH_BYTES`, so a forward's bytes reach the writer a few MB at a time
-    as it runs and the step's end waits for little more than its last tensors (device batches of
-    16 MB left ~40 MB to write after the forward: the wait of ``step()`` with the default
-    durability). Tensors too large to share a slot go alone through a device batch (the logits:
-    statistics on the device, so the writer's pass after the forward is the write alone).
-    """
-
-    def __init__(self, stager, capacity_bytes: int = 0, stats: bool = True, alone_values: int = 8 << 20):
-        self.stager, self.stats = stager, stats
-        ring = getattr(stager, "ring", None)  # a quarter of the ring at most (a small /dev/shm halves it)
-        limit = ring.size // 4 // _RING_ALIGN * _RING_ALIGN if ring is not None else RING_BATCH_BYTES
-        self.capacity_bytes = min(capacity_bytes or RING_BATCH_BYTES, limit)
-        self.alone_values = alone_values  # the largest tensor a device batch of its own takes
-        self.rows: list[dict] = []
-        self._spans: list[tuple] = []  # (offset, numel, shape) of each tensor in the slot
-        self._used = 0  # values taken, alignment gaps included
-        self._capacity = 0  # values of the open slot's dtype it holds
-        self._view = None  # the ring slot (numpy uint8), taken at the first append
-        self._host = None  # the slot as a host tensor of the batch's dtype
-        self._stream = self._stream_key = None
-        self._memcpy = None
-        self._base, self._itemsize = 0, 0
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def sibling(self) -> "RingBatch":
-        """An empty batch with this one's stager, slot size and statistics setting."""
-        return RingBatch(self.stager, self.capacity_bytes, self.stats, self.alone_values)
-
-    def takes(self, t) -> bool:
-        """Float32 or bf16, not empty, at most half a slot."""
-        return t.dtype in _batched() and 0 < t.numel() * t.element_size() <= self.capacity_bytes // 2
-
-    def takes_alone(self, t) -> bool:
-        """Larger than half a slot, up to ``alone_values`` values: a device batch of its own."""
-        return (t.dtype in _batched() and t.numel() * t.element_size() > self.capacity_bytes // 2
-                and t.numel() <= self.alone_values)
-
-    def fits(self, t) -> bool:
-        """Can ``t`` join the open slot now (room, same dtype and stream)?"""
-        if self._host is None:
-            return True
-        return (self._used + t.numel() <= self._capacity and t.dtype == self._host.dtype
-                and _stream_key(t) == self._stream_key)
-
-    def append(self, row: dict, t) -> None:
-        if self._host is None:  # the slot is taken once, kept until sealed (or freed by release())
-            import torch
-
-            self._view = self.stager.ring.slot(self.capacity_bytes, self.stager._wait_for_space)
-            self._host = torch.from_numpy(self._view).view(t.dtype)
-            self._capacity = self._host.numel()
-            self._stream, self._stream_key, self._used = _current_stream(t), _stream_key(t), 0
-            self._memcpy = _device_memcpy() if t.is_cuda else None
-            self._base, self._itemsize = self._host.data_ptr(), t.element_size()
-        n, at, shape = t.numel(), self._used, tuple(t.shape)
-        if self._memcpy is not None and t.is_contiguous() and t.get_device() == _current_device():
-            size = self._itemsize
-            _check_cuda(self._memcpy(self._base + at * size, t.data_ptr(), n * size, _DEVICE_TO_HOST,
-                                     self._stream_key[1]))
-        else:  # strided, another device, or a CPU stand-in: torch's copy (a registered slot: async)
-            self._host.as_strided(shape, _contiguous_strides(shape), at).copy_(t, non_blocking=True)
-        self._spans.append((at, n, shape))
-        align = _RING_ALIGN // self._itemsize
-        self._used = min(-(-(at + n) // align) * align, self._capacity)
-        self.rows.append(row)
-
-    def seal(self):
-        """(rows, host slot, token, spans, None): the token's event follows the batch's copies on
-        its own stream; the writer computes the statistics."""
-        rows, spans, host = self.rows, self._spans, self._host
-        token = (self.stager.record(self._stream), [])
-        self._reset()
-        return rows, host, token, spans, None
-
-    def unused_slot(self):
-        """The slot of a batch that holds no tensor (a failure between taking it and the first
-        copy), for the writer to free; None when there is none."""
-        view = self._view if self._host is not None and not self.rows else None
-        if view is not None:
-            self._reset()
-        return view
-
-    def abandon(self) -> None:
-        """Wait for the copies into an unsealed slot and drop the batch (the recording ends after a
-        failure: the ring is unregistered next, and nothing more is written)."""
-        if self._host is not None and self.rows:
-            token = (self.stager.record(self._stream), [])
-            try:
-                self.stager.wait(token)
-            finally:
-                self.stager.release(token)
-        self._reset()
-
-    def _reset(self) -> None:
-        self.rows, self._spans, self._used, self._view, self._host, self._stream = [], [], 0, None, None, None
-
-
-RING_BATCH_BYTES = 4 << 20  # a ring batch's slot: ~13 a 54 MB forward (an H200 bench: step() waited
-# 14-16 ms for 16 MB device batches, ~1-2 ms for these)
-_RING_ALIGN = 64  # bytes: each tensor in a ring batch starts at a multiple of this
-_DEVICE_TO_HOST = 2  # cudaMemcpyDeviceToHost
 _DEVICE_TO_DEVICE = 3  # cudaMemcpyDeviceToDevice
 
 
@@ -688,14 +578,9 @@ class Drain:
         host, token = self.stager.stage(t)
         self._enqueue(("one", row, host, token))
 
-    def _seal(self, batch) -> None:
+    def _seal(self, batch: StepBatch) -> None:
         if len(batch):
             self._enqueue(("batch", *batch.seal()))
-            return
-        unused = getattr(batch, "unused_slot", None)  # a ring batch's slot taken, never filled
-        view = unused() if unused is not None else None
-        if view is not None:
-            self._push(("free", view))
 
     def flush(self) -> None:
         """Wait until everything queued so far is with the writer; re-raise a drain failure."""
@@ -713,10 +598,6 @@ class Drain:
             raise self.error
 
     def close(self) -> None:
-        for batch in self._open.values():  # after a failure: copies into unsealed ring slots finish
-            abandon = getattr(batch, "abandon", None)  # before the ring is unregistered
-            if abandon is not None:
-                abandon()
         if self._thread is None:
             self._pump(block=True)  # after a failure: each item's buffers go back (nothing is written)
             return

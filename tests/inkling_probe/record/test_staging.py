@@ -220,8 +220,8 @@ def test_recorder_sends_cuda_tensors_through_the_drain(tmp_path, monkeypatch):
 @pytest.mark.parametrize("writer", ["inline", "process"])
 def test_on_gpu_staged_copies_keep_the_value_at_probe_time(tmp_path, writer):
     """Real pinned buffers and events: a tensor overwritten in place right after its probe, and a
-    slice (non-contiguous source), read back bit-exact; bf16 too. With the process writer each is
-    copied straight into the writer's ring (ring batches)."""
+    slice (non-contiguous source), read back bit-exact; bf16 too; with either writer (the process
+    writer's copies land in its shared ring)."""
     with inkling_probe.recording(tmp_path / "d", writer=writer, tokens="0:3"):
         for s in range(3):
             inkling_probe.step()
@@ -394,12 +394,10 @@ def test_a_batch_write_failure_surfaces_and_gives_every_buffer_back(tmp_path, mo
 
 
 # -- the ring stager: copies straight into the writer process's shared ring ---------------------
-def ring_recording(path, monkeypatch, ring_bytes=64 << 10, threaded=True, ring_batches=False):
+def ring_recording(path, monkeypatch, ring_bytes=64 << 10, threaded=True):
     """A process-writer recording whose drain stages into the writer's ring (RingStager), on CPU
     tensors: registration and events stood in for, a small ring so it wraps and fills; ``threaded``:
-    a drain thread hands over (else the recording thread, as the recorder sets it up for this writer);
-    ``ring_batches``: small tensors go into ring slots of 2 KB (RingBatch, as the recorder sets it up
-    for GPU tensors), else into device batches of 2048 values (StepBatch)."""
+    a drain thread hands over (else the recording thread, as the recorder sets it up for this writer)."""
     from inkling_probe.store import writer_process
 
     monkeypatch.setattr(writer_process, "_RING_BYTES", ring_bytes)
@@ -419,16 +417,15 @@ def ring_recording(path, monkeypatch, ring_bytes=64 << 10, threaded=True, ring_b
     assert isinstance(stager, staging.RingStager) and registered == [(stager.ring.address(), stager.ring.mapped_bytes())]
     stager.min_bytes = 1  # these small tensors too
     rec._stager = stager
-    batch = staging.RingBatch(stager, capacity_bytes=2048) if ring_batches else staging.StepBatch(stager, capacity=2048)
-    rec._drain = staging.Drain(stager, rec._write, batch, rec._write_batch, rec._free_slot, threaded=threaded)
+    rec._drain = staging.Drain(stager, rec._write, staging.StepBatch(stager, capacity=2048), rec._write_batch,
+                               rec._free_slot, threaded=threaded)
     stager.cancelled = lambda: rec._drain.error
     return rec, stager, registered
 
 
-@pytest.mark.parametrize("ring_batches", [False, True], ids=["device batches", "ring batches"])
 @pytest.mark.parametrize("threaded", [True, False], ids=["drain thread", "recording thread"])
 def test_ring_staging_reads_back_what_the_cpu_path_stores_and_copies_nothing_on_the_host(tmp_path, monkeypatch,
-                                                                                        threaded, ring_batches):
+                                                                                        threaded):
     """Batches and single tensors are copied into ring slots and sent by position: no ring.put (the
     host copy it replaces), the ring wraps and fills (the recording thread waits for the writer),
     and every tensor reads back with the hash and statistics of a plain CPU recording."""
@@ -444,8 +441,7 @@ def test_ring_staging_reads_back_what_the_cpu_path_stores_and_copies_nothing_on_
     def no_put(*a, **k):
         raise AssertionError("a payload was copied into the ring")
     monkeypatch.setattr(ring.RingWriter, "put", no_put)
-    rec, stager, registered = ring_recording(tmp_path / "ring", monkeypatch, ring_bytes=16 << 10, threaded=threaded,
-                                             ring_batches=ring_batches)
+    rec, stager, registered = ring_recording(tmp_path / "ring", monkeypatch, ring_bytes=16 << 10, threaded=threaded)
     stager.wait = lambda token: time.sleep(0.002)  # copies complete late: taken slots pile up, the ring fills
     stager.ready = lambda token: False  # (without a drain thread: handed over only when the ring is full)
     ring_writer = stager.ring
@@ -535,11 +531,11 @@ def test_a_slot_taken_when_ctrl_c_comes_is_freed_and_recording_goes_on(tmp_path,
     rec, stager, _ = ring_recording(tmp_path / "d", monkeypatch, ring_bytes=1 << 20, threaded=threaded)
     real_record, calls = stager.record, []
 
-    def record(stream=None):
+    def record():
         calls.append(1)
         if len(calls) == 3:
             raise KeyboardInterrupt
-        return real_record(stream)
+        return real_record()
     monkeypatch.setattr(stager, "record", record)
     inkling_probe.step()
     with pytest.raises(KeyboardInterrupt):
@@ -554,98 +550,6 @@ def test_a_slot_taken_when_ctrl_c_comes_is_freed_and_recording_goes_on(tmp_path,
     sink.stop()
     d = inkling_probe.open(tmp_path / "d")
     assert d.complete_through_step() == 3 and d.tensor("all_nan", 3).isnan().all()
-
-
-def test_ring_batches_copy_each_probe_once_into_a_slot_and_leave_statistics_to_the_writer(tmp_path, monkeypatch):
-    """GPU probes of float32/bf16 under a process writer (RingBatch): each lands in the open ring
-    slot (one copy a probe, no device buffer, no statistics kernels), a slot is sealed when full or
-    at step(), and the writer reads back the exact values with the statistics it computes itself."""
-    rec, stager, _ = ring_recording(tmp_path / "d", monkeypatch, ring_bytes=1 << 20, threaded=False,
-                                    ring_batches=True)
-    slots = []
-    real_slot = stager.ring.slot
-    monkeypatch.setattr(stager.ring, "slot", lambda n, wait: slots.append(n) or real_slot(n, wait))
-    monkeypatch.setattr(torch, "zeros", lambda *a, **k: pytest.fail("a device buffer was made"))
-    monkeypatch.setattr(staging, "row_stats", lambda x: pytest.fail("statistics kernels ran"))
-    inkling_probe.step()
-    values = [torch.randn(10 + i, generator=torch.Generator().manual_seed(i)) for i in range(30)]
-    for i, v in enumerate(values):
-        inkling_probe.probe("v", v if i % 3 else v.bfloat16())
-    assert set(rec._drain._open) == {torch.float32, torch.bfloat16}  # one open slot a dtype
-    inkling_probe.step()
-    sink.stop()
-    assert slots and set(slots) == {2048} and len(slots) < len(values)  # slots shared, each 2 KB
-    d = inkling_probe.open(tmp_path / "d")
-    rows = [r for r in d.index if r["key"] == "v"]
-    assert [r["call"] for r in rows] == list(range(30))
-    for i, (v, r) in enumerate(zip(values, rows)):
-        want = v if i % 3 else v.bfloat16()
-        assert torch.equal(d.tensor("v", 1, call=i).view(torch.uint8), want.view(torch.uint8))
-        wide = want.double()
-        assert r["mean"] == pytest.approx(float(wide.mean()), rel=1e-6, abs=1e-12)
-        assert r["absmax"] == float(wide.abs().max())
-
-
-def test_a_ring_batch_slot_taken_when_ctrl_c_comes_before_its_first_copy_is_freed(tmp_path, monkeypatch):
-    """A KeyboardInterrupt after a ring batch took its slot and before the first copy: the slot,
-    holding nothing, is freed at the step's end (a slot never sent would stop the ring's tail for
-    good); a later probe of its dtype would have filled it instead."""
-    rec, stager, _ = ring_recording(tmp_path / "d", monkeypatch, ring_bytes=1 << 20, threaded=False,
-                                    ring_batches=True)
-    real_strides, calls = staging._contiguous_strides, []
-
-    def strides(shape):
-        calls.append(1)
-        if len(calls) == 1:
-            raise KeyboardInterrupt
-        return real_strides(shape)
-    monkeypatch.setattr(staging, "_contiguous_strides", strides)
-    inkling_probe.step()
-    with pytest.raises(KeyboardInterrupt):
-        inkling_probe.probe("x", torch.ones(8))
-    inkling_probe.probe("y", torch.ones(8).bfloat16())  # another dtype: the float32 slot stays empty
-    inkling_probe.step()
-    ring_writer = stager.ring
-    assert ring_writer.tail() == ring_writer.head and not ring_writer._placed  # freed by the writer
-    for step in range(2):
-        inkling_probe.step()
-        mixed_probes(step)
-    inkling_probe.step()
-    assert ring_writer.tail() == ring_writer.head
-    sink.stop()
-    d = inkling_probe.open(tmp_path / "d")
-    assert d.complete_through_step() == 4 and "x" not in d.keys() and d.tensor("y", 1).tolist() == [1.0] * 8
-
-
-def test_a_failed_recording_waits_for_copies_into_an_unsealed_ring_batch_before_unregistering(tmp_path,
-                                                                                            monkeypatch):
-    """Closing after a failure skips the flush; copies into a ring batch's unsealed slot may still
-    be in flight, so the drain waits for them before the ring is unregistered."""
-    rec, stager, registered = ring_recording(tmp_path / "d", monkeypatch, ring_bytes=1 << 20, threaded=False,
-                                             ring_batches=True)
-    order = []
-    monkeypatch.setattr(stager, "wait", lambda token: order.append("wait"))
-    real_unregister = staging._host_unregister
-    monkeypatch.setattr(staging, "_host_unregister", lambda address: order.append("unregister") or
-                        real_unregister(address))
-    inkling_probe.step()
-    inkling_probe.probe("x", torch.ones(8))
-    assert len(rec._drain._open[torch.float32]) == 1  # open, not sealed
-    rec._failed = DumpError("the writer failed")
-    sink.stop()
-    assert order == ["wait", "unregister"] and registered == []
-
-
-def test_the_recorder_copies_gpu_probes_into_ring_batches_where_the_writer_has_a_ring(tmp_path, monkeypatch):
-    rec, stager, _ = ring_recording(tmp_path / "d", monkeypatch, ring_bytes=1 << 20)
-    rec._drain.close()
-    rec._stager, rec._drain = None, None
-    monkeypatch.setattr(rec, "_device_stager", lambda: stager)
-    row, t = rec._row("x", torch.ones(8), "replicated", None, 0, None, 0)
-    rec._staged(row, t)
-    assert type(rec._drain.batch) is staging.RingBatch and rec._drain._thread is None
-    sink.stop()
-    assert inkling_probe.open(tmp_path / "d").tensor("x").tolist() == [1.0] * 8
 
 
 def test_an_interrupted_wait_for_ring_space_takes_nothing(tmp_path):
