@@ -84,16 +84,7 @@ def main() -> None:
         return elapsed
 
     with torch.no_grad():
-        for name, (durability, patch) in VARIANTS.items():
-            ctx = inkling_probe.recording(os.path.join(root, str(len(contexts))), writer="process",
-                                          durability=durability)
-            recs[name] = ctx.__enter__()
-            contexts.append((ctx, recs[name]))
-            sink._RECORDER = None
-            run(name)
-            if patch:
-                patch(recs[name])
-            run(name)
+        P.start_variants(VARIANTS, root, run, recs, contexts)
         order = ["plain", "sink noop", *VARIANTS]
         samples = {n: [] for n in order}
         rng = random.Random(0)

@@ -158,17 +158,7 @@ def main() -> None:
         return time.perf_counter() - t0
 
     with torch.no_grad():
-        for name in names:
-            durability, patch = VARIANTS[name]
-            ctx = inkling_probe.recording(os.path.join(root, str(len(contexts))), writer="process",
-                                          durability=durability)
-            recs[name] = ctx.__enter__()
-            contexts.append((ctx, recs[name]))
-            sink._RECORDER = None
-            run(name)
-            if patch:
-                patch(recs[name])
-            run(name)
+        start_variants({n: VARIANTS[n] for n in names}, root, run, recs, contexts)
         order = ["plain", *names]
         samples = {n: [] for n in order}
         for _ in range(args.rounds):
@@ -185,6 +175,23 @@ def main() -> None:
         ctx.__exit__(None, None, None)
     shutil.rmtree(root, ignore_errors=True)
     print(f"disk {disk_rate():.0f} MB/s")
+
+
+def start_variants(variants: dict, root: str, run, recs: dict, contexts: list) -> None:
+    """A process-writer recording for each of ``variants`` (name -> (durability, patch or None)) in
+    its own folder under ``root``, into ``recs[name]`` and ``contexts`` ((context, recorder), to exit
+    later): each runs once (``run(name)``: its writer, drain and batches are made), is patched, runs
+    once more."""
+    for name, (durability, patch) in variants.items():
+        ctx = inkling_probe.recording(os.path.join(root, str(len(contexts))), writer="process",
+                                      durability=durability)
+        recs[name] = ctx.__enter__()
+        contexts.append((ctx, recs[name]))
+        sink._RECORDER = None
+        run(name)
+        if patch:
+            patch(recs[name])
+        run(name)
 
 
 def report(samples: dict, forwards: int) -> None:
