@@ -112,9 +112,9 @@ def prune_finished_steps(root: str, keep: int = 3) -> None:
     """(GPU bench, untimed, between runs) Delete each recording's finished segments past its first
     ``keep`` (a segment a step here: the warm-up's steps stay for the report). A run writes ~160 MB
     and the bench ~5 GB: left in the page cache, the dirty pages grew past the kernel's background
-    threshold on an H200 host and its writeback slowed the later runs (one run's default durability
-    1.76x in a run that kept them, 1.43x in the next run, which pruned). A recording's open segment is
-    a .tmp file and is not touched."""
+    threshold on an H200 host and its writeback slowed the later runs (the default durability read
+    1.76x in an A/B run that kept them and 1.43x in the next one, which pruned). A recording's open
+    segment is a .tmp file and is not touched."""
     from inkling_probe.store import schema
 
     for folder in os.scandir(root):
