@@ -57,8 +57,7 @@ def instrument() -> None:
             (WP.ProcessWriter, "_acks_due", "m.acks_due"),
             (S.Drain, "_drain_batch", "d.batch"), (S.Drain, "_drain_one", "d.one"),
             (S.CudaStager, "wait", "d.event_wait"), (R.Recorder, "_write_batch", "d.write_batch"),
-            (R.Recorder, "_write", "d.write_one"), (WP.ProcessWriter, "_send_payload", "d.send"),
-            (S, "sums_from_rows", "d.sums")):
+            (R.Recorder, "_write", "d.write_one"), (WP.ProcessWriter, "_send_payload", "d.send")):
         if hasattr(owner, name):
             timed(owner, name, tag)
 

@@ -321,10 +321,11 @@ class Recorder:
         sums, extra = None, {}
         if row_stats is not None:
             from inkling_probe.record import staging
+            from inkling_probe.store.batch import sums_from_rows
             if getattr(self._writer, "takes_row_stats", False):  # the writer process adds them up
                 extra = {"row_stats": row_stats, "row_values": staging.ROW}
             else:
-                sums = staging.sums_from_rows(row_stats, spans)
+                sums = sums_from_rows(row_stats, spans, staging.ROW)
         with self._wlock:
             self._writer.add_batch(rows, flat, spans, sums, stats=self.settings.mode != "hash",
                                    store=self.settings.mode == "full", on_stored=done, **extra)

@@ -33,7 +33,6 @@ from collections import OrderedDict, deque
 
 from inkling_probe.errors import DumpError
 from inkling_probe.store.batch import once as _once
-from inkling_probe.store.batch import sums_from_rows as batch_sums
 
 _STOP = object()
 
@@ -264,7 +263,7 @@ class StepBatch:
     Each tensor starts at a multiple of :data:`ROW` values (the gap after it is zeros), so the buffer
     reads as [rows, ROW] and no row holds two tensors: :meth:`seal` reduces each row with a handful
     of kernels (:func:`row_stats`, no per-tensor launches) and the drain adds a tensor's rows up on
-    the host (:func:`sums_from_rows`). :meth:`append` queues one copy kernel; :meth:`seal` queues
+    the host (store.batch.sums_from_rows). :meth:`append` queues one copy kernel; :meth:`seal` queues
     the statistics and the copy of everything to one pinned host buffer, and returns what the
     drain needs.
     """
@@ -327,7 +326,7 @@ class StepBatch:
         """Queue statistics and the copy to the host: (rows, host buffer, token, spans, row stats or None).
 
         ``row stats`` is a host [4, m] float64 tensor, :func:`row_stats` of the buffer's m rows,
-        valid once the token's event is (:func:`sums_from_rows` makes them per tensor). None for a
+        valid once the token's event is (store.batch.sums_from_rows makes them per tensor). None for a
         batch of fewer than :data:`DEVICE_STATS_MIN` values (the writer computes them).
         """
         import torch
@@ -443,7 +442,7 @@ def row_stats(x):
     Four kernels whatever the number of tensors in the buffer (the launch-bound recording thread pays
     per launch; per-tensor reductions cost it ~10 ms a forward), and one float64 copy of ``x``.
     Sums in float64: no overflow, ~1e-16 rounding, deterministic. A row holding a NaN or an infinity
-    has a non-finite norm; its tensor's statistics are left to the writer (:func:`sums_from_rows`).
+    has a non-finite norm; its tensor's statistics are left to the writer (store.batch.sums_from_rows).
     """
     import torch
 
@@ -453,13 +452,6 @@ def row_stats(x):
     torch.linalg.vector_norm(wide, 2, dim=1, out=out[1])
     torch.aminmax(wide, dim=1, out=(out[2], out[3]))  # the float64 copy's extremes are x's, exactly
     return out
-
-
-def sums_from_rows(rows, spans: list, row: int | None = None):
-    """[k, 5] float64 per tensor of a batch, from its buffer's :func:`row_stats` (numpy [4, m]), the
-    rows holding ``row`` values (default :data:`ROW`): store.batch.sums_from_rows (the writer
-    process adds them up there)."""
-    return batch_sums(rows, spans, row or ROW)
 
 
 def _current_stream(t):

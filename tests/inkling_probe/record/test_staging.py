@@ -603,6 +603,7 @@ def test_row_statistics_add_up_to_each_tensors_statistics(monkeypatch, row):
     """Tensors at row starts in a zero-padded buffer (as StepBatch lays them out): row_stats then
     sums_from_rows give the host's statistics; a tensor with a NaN or an infinity is marked (NaN
     sum) for the writer, its neighbours are not."""
+    from inkling_probe.store.batch import sums_from_rows
     from inkling_probe.store.stats import array_stats, summary_from_sums
 
     monkeypatch.setattr(staging, "ROW", row)
@@ -619,7 +620,7 @@ def test_row_statistics_add_up_to_each_tensors_statistics(monkeypatch, row):
         buffer[offset: offset + n] = p
     rows = staging.row_stats(buffer.view(-1, row))
     assert tuple(rows.shape) == (4, at // row) and rows.dtype is torch.float64
-    sums = staging.sums_from_rows(rows.numpy(), spans)
+    sums = sums_from_rows(rows.numpy(), spans, row)
     assert tuple(sums.shape) == (len(parts), 5)
     for p, s in zip(parts, sums):
         want = array_stats(p.numpy(), "native")

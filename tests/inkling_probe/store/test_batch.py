@@ -24,7 +24,7 @@ def test_split_gives_each_tensor_its_view_and_statistics_in_order():
 
 
 def test_a_tensor_whose_sums_are_nan_gets_its_statistics_from_the_writer():
-    """A NaN sum marks a tensor holding a NaN or an infinity (staging.sums_from_rows): the writer
+    """A NaN sum marks a tensor holding a NaN or an infinity (sums_from_rows): the writer
     computes its statistics (counts, finite values' sums) from the values."""
     rows, flat, spans, sums = _batch()
     sums[1, 0] = np.nan
