@@ -3,7 +3,7 @@
 Sending a large tensor down the pipe costs two copies (into and out of the kernel); through the ring
 it costs one copy in the recording process, and the writer reads it in place. GPU recording copies
 device tensors straight into the ring (a :meth:`RingWriter.slot`, the ring registered as pinned
-memory: staging.RingStager), so the recording process copies nothing. The first page holds the
+memory: staging.RingStager), so the recording process copies nothing. The first bytes hold the
 writer's ``tail`` (bytes consumed so far, monotonic); the recording process owns ``head``. Each
 payload is the interval [start, end) of the head's sequence; space is reused only after the writer
 has moved ``tail`` past it, which it does over finished payloads in head order, whatever order
@@ -14,6 +14,12 @@ moment it is created (the writer inherits its file descriptor), so nothing outli
 whenever they die. The writer reserves its space (``posix_fallocate``) and says so; until then,
 and for good if it can't (a /dev/shm too small for even a quarter of the ring, or full), large
 tensors go through the pipe, with one warning line, instead of a SIGBUS at the first write.
+
+The ring's first MiB (before the data) holds the writer's ``tail`` and the **message log**: a copy
+of the frames the recording process has batched but not yet written to the pipe (it batches a few
+MB of large tensors' messages into one write, not one write a tensor). The log is shared memory,
+so when the recording process dies, whatever it had batched is still there: the writer applies the
+logged frames it never received before it closes the segment (writer_process.py).
 """
 from __future__ import annotations
 
@@ -27,7 +33,10 @@ import time
 import numpy as np
 
 _TAIL = struct.Struct("<q")
-_HEADER = 4096  # a page: the data is page-aligned (it may be registered as pinned memory)
+_LOG_LENGTH = struct.Struct("<q")  # at byte 8: how many bytes of the message log are valid
+_LOG_START = 64
+_HEADER = 1 << 20  # tail, log length and the message log; page-aligned data (it may be registered as pinned memory)
+LOG_BYTES = _HEADER - _LOG_START
 _ALIGN = 64  # payload starts are multiples of this
 
 
@@ -144,6 +153,21 @@ class RingWriter:
     def tail(self) -> int:
         return _TAIL.unpack_from(self._mm, 0)[0]
 
+    def log(self, frames, at: int) -> bool:
+        """Copy ``frames`` (bytes) into the message log at byte ``at`` and mark the log valid up to
+        their end (after the copy: a process killed mid-copy leaves the log as it was); False when
+        they do not fit (the caller then writes its batch out instead)."""
+        end = at + len(frames)
+        if end > LOG_BYTES:
+            return False
+        self._mm[_LOG_START + at: _LOG_START + end] = frames
+        _LOG_LENGTH.pack_into(self._mm, 8, end)
+        return True
+
+    def clear_log(self) -> None:
+        """The batch the log mirrored is in the pipe: the log is empty again."""
+        _LOG_LENGTH.pack_into(self._mm, 8, 0)
+
     def close(self) -> None:
         self._data = None
         try:
@@ -171,6 +195,12 @@ class RingReader:
         self._finished: dict = {}  # start -> end of finished payloads the tail has not passed
         self._tail = 0
         self._lock = threading.Lock()
+
+    def logged(self) -> bytes:
+        """The frames the recording process batched and had not written to the pipe (read after it
+        is gone: they may include frames the pipe did deliver, which carry numbers already applied)."""
+        n = _LOG_LENGTH.unpack_from(self._mm, 8)[0]
+        return bytes(self._mm[_LOG_START: _LOG_START + n]) if 0 < n <= LOG_BYTES else b""
 
     def view(self, offset: int, nbytes: int, dtype: str, shape) -> np.ndarray:
         return self._data[offset: offset + nbytes].view(np.dtype(dtype)).reshape(shape)

@@ -273,12 +273,13 @@ def _frame(header: dict, payload: bytes = b"") -> bytes:
     return _FRAME.pack(len(head), len(payload)) + head + payload
 
 
-def _add_frame(key: str, seq: int, array: np.ndarray) -> bytes:
+def _add_frame(key: str, seq: int, array: np.ndarray, **number) -> bytes:
+    """An 'add' frame; ``n=K`` numbers it as the recording process does (the writer applies each once)."""
     row = {"key": key, "step": 0, "seq": seq, "call": 0, "rank": 0, "shape": "x".join(map(str, array.shape)),
            "dtype": "float32", "storage": "native", "shard": "replicated", "dim": -1, "token_dim": 0,
            "token_start": 0, "numel": array.size, "meta": ""}
     return _frame({"op": "add", "row": row, "np": array.dtype.str, "shape": array.shape, "stats": True,
-                   "store": True, "attrs": None}, array.tobytes())
+                   "store": True, "attrs": None, **number}, array.tobytes())
 
 
 @pytest.mark.parametrize("cut", ["whole", "in_frame_size", "in_header", "in_payload"])
@@ -296,3 +297,28 @@ def test_writer_process_finishes_its_segment_at_end_of_file(tmp_path, cut):
     d = inkling_probe.open(tmp_path)
     assert d.keys() == ["a"] and torch.equal(d.tensor("a"), torch.from_numpy(a))
     assert d.complete_through_step() == -1 and d.unfinished == []
+
+
+def test_writer_process_applies_the_logged_batch_once_at_end_of_file(tmp_path):
+    """The recording process batches messages (a few MB of tensors a pipe write) and mirrors the
+    batch in the ring's log. Killed with a batch not yet written (or written in part), the writer
+    applies at end of file the logged messages it never received, and none twice."""
+    from inkling_probe.store import ring as ring_mod
+    from inkling_probe.store.writer_process import serve
+
+    fd = ring_mod.ring_file(lambda text: None)
+    writer_fd = os.dup(fd)
+    reader = ring_mod.RingReader(fd, 1 << 16)
+    recorder_side = ring_mod.RingWriter(writer_fd, reader.size)
+    recorder_side.close_fd()
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    opened = _frame({"op": "open", "path": str(tmp_path), "rank": 0, "world_size": 1, "run_id": "0123456789ab",
+                     "n": 1})
+    first, second, third = (_add_frame(k, i, a + i, n=i + 2) for i, k in enumerate("abc"))
+    assert recorder_side.log(first + second + third, 0)  # the batch; the pipe delivered 'open', 'a' and half of 'b'
+    assert serve(io.BytesIO(opened + first + second[:-3]), io.BytesIO(), reader) == 0
+    d = inkling_probe.open(tmp_path)
+    assert d.keys() == ["a", "b", "c"] and [len(d.rows(k)) for k in "abc"] == [1, 1, 1]
+    assert all(torch.equal(d.tensor(k), torch.from_numpy(a + i)) for i, k in enumerate("abc"))
+    recorder_side.clear_log()
+    assert reader.logged() == b""

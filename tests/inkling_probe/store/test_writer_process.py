@@ -74,7 +74,8 @@ def test_a_failure_in_a_step_not_waited_for_is_raised_by_a_later_call(tmp_path):
 
 def test_a_writer_that_died_is_named_by_its_error_not_by_an_unread_ok(tmp_path):
     """The writer acknowledged step 0 (not read yet: nobody waited), then failed and exited: the
-    next send finds the pipe broken and reports the writer's error line, skipping the 'ok'."""
+    next write to the pipe (a full batch, or the step's end) finds it broken and reports the
+    writer's error line, skipping the 'ok'."""
     planted = tmp_path / (schema.segment_name(0, 1, RUN) + schema.TMP_SUFFIX)
     planted.write_bytes(b"not ours")
     w = ProcessWriter().open(tmp_path, 0, 1, run_id=RUN)
@@ -85,6 +86,7 @@ def test_a_writer_that_died_is_named_by_its_error_not_by_an_unread_ok(tmp_path):
     assert w._proc.wait(timeout=30) == 1  # failed on step 1's segment, after acknowledging step 0
     with pytest.raises(WriterDied) as e:
         add_step(w, 2)
+        w.end_segment(2)
     assert str(planted) in str(e.value) and "already exists" in str(e.value)
     w.abandon()
 
