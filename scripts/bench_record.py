@@ -526,6 +526,66 @@ def cuda_main(repeats: int, steps: int, disk: float) -> None:
     plain_ms = statistics.median(t["plain"]) / steps * 1e3
     limit_lines(mb, disk, d2h_rate(), plain_ms,
                 {label: (statistics.median(t[label]) / steps * 1e3, per_forward[label]) for label in recs}, tail_mb)
+    with torch.no_grad():
+        loaded = plain_beside_load(plain, mb / plain_ms * 1e3, repeats)
+    print(f"  the host's share: plain with another process hashing and writing {mb:.0f} MB a plain forward "
+          f"beside it (the writer's work on the host, nothing shared with the model): {loaded}")
+
+
+def plain_beside_load(plain, rate_mb_s: float, repeats: int) -> str:
+    """Plain forwards alone and with a separate process hashing (XXH3) and writing to the temp dir
+    ``rate_mb_s`` MB a second, 4 MB at a time, into a new 54 MB file every 54 MB (the writer process's
+    host work at the recorded rate, sharing nothing with the model): how much of the writer's cost is
+    the host's (caches, memory bandwidth, clocks) rather than the recording process's. Interleaved."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    go, stop = ctx.Event(), ctx.Event()
+    folder = tempfile.mkdtemp(prefix="bench-load-")
+    loader = ctx.Process(target=host_load, args=(go, stop, rate_mb_s, folder), daemon=True)
+    loader.start()
+
+    def loaded():
+        go.set()
+        time.sleep(0.005)  # the loader is under way
+        try:
+            plain()
+        finally:
+            go.clear()
+    try:
+        t = interleaved({"plain": plain, "loaded": loaded}, repeats)
+    finally:
+        stop.set()
+        go.set()
+        loader.join(10)
+        shutil.rmtree(folder, ignore_errors=True)
+    return _spread(t["loaded"], t["plain"]) + " of plain alone"
+
+
+def host_load(go, stop, rate_mb_s: float, folder: str) -> None:
+    """(The loader process of :func:`plain_beside_load`.)"""
+    import numpy as np
+    import xxhash
+
+    chunk = np.random.default_rng(0).integers(0, 255, 4 << 20, dtype=np.uint8)
+    files, written = [], 0
+    while not stop.is_set():
+        if not go.wait(0.05):
+            continue
+        t0, sent = time.perf_counter(), 0
+        while go.is_set() and not stop.is_set():
+            if written % (54 << 20) == 0:
+                files.append(os.open(os.path.join(folder, f"seg{len(files)}"), os.O_CREAT | os.O_WRONLY, 0o600))
+                if len(files) > 3:
+                    os.close(files[-4])
+                    os.unlink(os.path.join(folder, f"seg{len(files) - 4}"))
+            xxhash.xxh3_64(chunk).intdigest()
+            os.pwrite(files[-1], chunk, written % (54 << 20))
+            written += chunk.nbytes
+            sent += chunk.nbytes
+            ahead = sent / 1e6 / rate_mb_s - (time.perf_counter() - t0)
+            if ahead > 0:
+                time.sleep(ahead)
 
 
 def d2h_rate(nbytes: int = 256 << 20, repeats: int = 5) -> float:
