@@ -529,31 +529,33 @@ def cuda_main(repeats: int, steps: int, disk: float) -> None:
     with torch.no_grad():
         loaded = plain_beside_load(plain, mb / plain_ms * 1e3, repeats)
     print(f"  the host's share: plain with another process hashing and writing {mb:.0f} MB a plain forward "
-          f"beside it (the writer's work on the host, nothing shared with the model): {loaded}")
+          f"beside it (the writer's host work, nothing shared with the model): {loaded}")
 
 
 def plain_beside_load(plain, rate_mb_s: float, repeats: int) -> str:
     """Plain forwards alone and with a separate process hashing (XXH3) and writing to the temp dir
-    ``rate_mb_s`` MB a second, 4 MB at a time, into a new 54 MB file every 54 MB (the writer process's
-    host work at the recorded rate, sharing nothing with the model): how much of the writer's cost is
-    the host's (caches, memory bandwidth, clocks) rather than the recording process's. Interleaved."""
+    ``rate_mb_s`` MB a second (a forward's bytes per plain forward: more than the writer's rate,
+    which a slower recorded forward paces), 4 MB at a time, into a new 52 MB file every 52 MB: the
+    writer process's host work, sharing nothing with the model. How much of the writer's cost is the
+    host's (caches, memory bandwidth, clocks) rather than the recording process's. Interleaved."""
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
-    go, stop = ctx.Event(), ctx.Event()
+    go, stop, idle = ctx.Event(), ctx.Event(), ctx.Event()
     folder = tempfile.mkdtemp(prefix="bench-load-")
-    loader = ctx.Process(target=host_load, args=(go, stop, rate_mb_s, folder), daemon=True)
+    loader = ctx.Process(target=host_load, args=(go, stop, idle, rate_mb_s, folder), daemon=True)
     loader.start()
 
     def loaded():
-        go.set()
-        time.sleep(0.005)  # the loader is under way
+        idle.clear()
+        go.set()  # the loader wakes at once (it waits on this event)
         try:
             plain()
         finally:
             go.clear()
     try:
-        t = interleaved({"plain": plain, "loaded": loaded}, repeats)
+        t = interleaved({"plain": plain, "loaded": loaded}, repeats,
+                        after=lambda: idle.wait(5))  # untimed: the loader's last chunk is done
     finally:
         stop.set()
         go.set()
@@ -562,25 +564,30 @@ def plain_beside_load(plain, rate_mb_s: float, repeats: int) -> str:
     return _spread(t["loaded"], t["plain"]) + " of plain alone"
 
 
-def host_load(go, stop, rate_mb_s: float, folder: str) -> None:
-    """(The loader process of :func:`plain_beside_load`.)"""
+_LOAD_FILE_BYTES = 13 * (4 << 20)  # 52 MB: about a GPU forward's 54
+
+
+def host_load(go, stop, idle, rate_mb_s: float, folder: str) -> None:
+    """(The loader process of :func:`plain_beside_load`: works while ``go`` is set, then sets ``idle``.)"""
     import numpy as np
     import xxhash
 
     chunk = np.random.default_rng(0).integers(0, 255, 4 << 20, dtype=np.uint8)
     files, written = [], 0
+    idle.set()
     while not stop.is_set():
         if not go.wait(0.05):
+            idle.set()
             continue
         t0, sent = time.perf_counter(), 0
         while go.is_set() and not stop.is_set():
-            if written % (54 << 20) == 0:
+            if written % _LOAD_FILE_BYTES == 0:  # a new file, as the writer starts a segment a step
                 files.append(os.open(os.path.join(folder, f"seg{len(files)}"), os.O_CREAT | os.O_WRONLY, 0o600))
                 if len(files) > 3:
                     os.close(files[-4])
                     os.unlink(os.path.join(folder, f"seg{len(files) - 4}"))
             xxhash.xxh3_64(chunk).intdigest()
-            os.pwrite(files[-1], chunk, written % (54 << 20))
+            os.pwrite(files[-1], chunk, written % _LOAD_FILE_BYTES)
             written += chunk.nbytes
             sent += chunk.nbytes
             ahead = sent / 1e6 / rate_mb_s - (time.perf_counter() - t0)
