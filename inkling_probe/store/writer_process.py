@@ -8,7 +8,9 @@ into one pipe write a few MB of tensors (a write a tensor cost the recording pro
 of it waking this process); the batch is mirrored in the ring's message log as it grows. If the
 recording process dies, this one sees end-of-file, applies the logged messages it never received,
 closes the segment it holds (marked as not complete) and exits, so even the tensors of a crashed
-step survive, up to the last one handed over.
+step survive, up to the last one handed over (where there is no ring, as before, a last batch of
+small tensors, under 256 KB, may be lost). A write cut part-way (Ctrl-C with the pipe full) leaves the
+pipe mid-message: nothing more is sent, and closing lets the writer apply the log as after a crash.
 
 Run as ``python -m inkling_probe.store.writer_process`` by :class:`ProcessWriter` only.
 """
@@ -80,6 +82,7 @@ class ProcessWriter:
         self._number = 0  # messages sent: each carries its number ("n"), the writer the last it applied
         self._closed = False
         self._unacked = 0  # segment ends sent whose acknowledgement was not read yet
+        self._torn: str | None = None  # why a write to the pipe stopped mid-message (nothing more may follow)
 
     def _ring_status(self, block: bool) -> None:
         """Read the writer's first line, 'ring ok SIZE' or 'ring none REASON', once it is there."""
@@ -167,7 +170,10 @@ class ProcessWriter:
 
     def claim_ring(self) -> None:
         """From now on only slots go through the ring (the claimer takes them in the order their
-        messages are sent); other payloads go through the pipe."""
+        messages are sent); other payloads go through the pipe. Messages of ring payloads still
+        batched go out first: the writer frees ring space in order, so a held one would keep the
+        claimer's first slot waiting for ever."""
+        self._flush()
         self._ring_claimed = True
 
     def free_slot(self, view: np.ndarray) -> None:
@@ -181,6 +187,7 @@ class ProcessWriter:
     def wait_for_ring_space(self) -> None:
         """One wait for ring space (a claimer's slot): raises if the writer process is gone, or
         stopped for long (stall.py)."""
+        self._flush()  # the writer can only free space for messages it has received
         if self._proc.poll() is not None:
             raise WriterDied(self._why())
         watch = self._ring_watch
@@ -205,6 +212,9 @@ class ProcessWriter:
         if self._closed:
             return
         self._closed = True
+        if self._torn is not None:  # the writer keeps what was handed over and ends the segment at EOF
+            self.abandon()
+            self._check_torn()
         self._acks_due()
         self._send({"op": "close", "step": complete_through_step})
         self._flush()
@@ -227,6 +237,7 @@ class ProcessWriter:
             pass
 
     def _send(self, header: dict, payload=b"") -> None:
+        self._check_torn()
         self._number += 1
         header["n"] = self._number
         head = marshal.dumps(header)
@@ -240,7 +251,7 @@ class ProcessWriter:
                 self._flush()
         else:
             self._flush()
-            self._write([frame, head, payload])
+            self._write_whole([frame, head, payload])
 
     def _logged(self, at: int) -> bool:
         """Mirror the batch's frames from byte ``at`` in the ring's log; False when they don't fit."""
@@ -253,9 +264,24 @@ class ProcessWriter:
         self._ring_bytes = 0
         if self._batch:
             batch, self._batch = self._batch, bytearray()
-            self._write([batch])
+            self._write_whole([batch])
             if self._ring is not None:
                 self._ring.clear_log()  # (only once written: a kill mid-write leaves it logged)
+
+    def _write_whole(self, parts) -> None:
+        """Write ``parts`` to the pipe; if that stops part-way (Ctrl-C while the pipe is full, the
+        writer gone), the pipe may end mid-message, so nothing more is sent or logged: the log keeps
+        the batch, and the writer applies it at end-of-file (``close`` and ``abandon`` give it that)."""
+        try:
+            self._write(parts)
+        except BaseException as e:
+            self._torn = type(e).__name__ if not str(e) else f"{type(e).__name__}: {e}"
+            raise
+
+    def _check_torn(self) -> None:
+        if self._torn is not None:
+            raise DumpError(f"a write to the writer process stopped part-way ({self._torn}); it keeps what was "
+                            "handed over and closes the segment as after a crash")
 
     def _write(self, parts) -> None:
         try:
@@ -269,6 +295,8 @@ class ProcessWriter:
 
     def _acks_due(self) -> None:
         """Wait for the writer's acknowledgement of every segment end sent so far."""
+        if self._unacked:
+            self._check_torn()  # (the writer waits for the rest of a message: no acknowledgement comes)
         while self._unacked:
             self._unacked -= 1
             self._ack()
@@ -378,15 +406,19 @@ def _at_end_of_file(stdout, ring, writer, done, applied: int, SegmentWriter) -> 
     """Apply the logged messages numbered after ``applied`` (the batch the recording process had not
     written out when it went), then end the open segment, complete through step ``done``."""
     logged = memoryview(ring.logged()) if ring is not None else memoryview(b"")
-    while True:
-        msg, payload = _frame_at(logged)
-        if msg is None:
-            break
-        logged = logged[_frame_size(logged):]
-        if msg.get("n", 0) > applied:
-            writer, done, finished = _apply(msg, payload, stdout, ring, writer, done, SegmentWriter)
-            if finished:
-                return 0
+    try:
+        while True:
+            msg, payload = _frame_at(logged)
+            if msg is None:
+                break
+            logged = logged[_frame_size(logged):]
+            if msg.get("n", 0) > applied:
+                writer, done, finished = _apply(msg, payload, stdout, ring, writer, done, SegmentWriter)
+                if finished:
+                    return 0
+    except Exception as e:  # noqa: BLE001 - what the pipe delivered is kept all the same
+        _warn(f"inkling-probe: the writer process could not apply the recording's last messages ({e}); "
+              "the segment keeps what came before them")
     if writer is not None:
         writer.end_segment(complete_through_step=done)
     return 0

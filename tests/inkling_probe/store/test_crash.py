@@ -282,6 +282,18 @@ def _add_frame(key: str, seq: int, array: np.ndarray, **number) -> bytes:
                    "store": True, "attrs": None, **number}, array.tobytes())
 
 
+def _shared_ring():
+    """(the writer's RingReader, the recording process's RingWriter) of one small shared ring."""
+    from inkling_probe.store import ring as ring_mod
+
+    fd = ring_mod.ring_file(lambda text: None)
+    writer_fd = os.dup(fd)
+    reader = ring_mod.RingReader(fd, 1 << 16)
+    recorder_side = ring_mod.RingWriter(writer_fd, reader.size)
+    recorder_side.close_fd()
+    return reader, recorder_side
+
+
 @pytest.mark.parametrize("cut", ["whole", "in_frame_size", "in_header", "in_payload"])
 def test_writer_process_finishes_its_segment_at_end_of_file(tmp_path, cut):
     """The recorder killed while writing a frame leaves part of a frame in the pipe: the writer must
@@ -303,14 +315,9 @@ def test_writer_process_applies_the_logged_batch_once_at_end_of_file(tmp_path):
     """The recording process batches messages (a few MB of tensors a pipe write) and mirrors the
     batch in the ring's log. Killed with a batch not yet written (or written in part), the writer
     applies at end of file the logged messages it never received, and none twice."""
-    from inkling_probe.store import ring as ring_mod
     from inkling_probe.store.writer_process import serve
 
-    fd = ring_mod.ring_file(lambda text: None)
-    writer_fd = os.dup(fd)
-    reader = ring_mod.RingReader(fd, 1 << 16)
-    recorder_side = ring_mod.RingWriter(writer_fd, reader.size)
-    recorder_side.close_fd()
+    reader, recorder_side = _shared_ring()
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     opened = _frame({"op": "open", "path": str(tmp_path), "rank": 0, "world_size": 1, "run_id": "0123456789ab",
                      "n": 1})
@@ -322,3 +329,22 @@ def test_writer_process_applies_the_logged_batch_once_at_end_of_file(tmp_path):
     assert all(torch.equal(d.tensor(k), torch.from_numpy(a + i)) for i, k in enumerate("abc"))
     recorder_side.clear_log()
     assert reader.logged() == b""
+
+
+def test_a_logged_message_that_cannot_be_applied_still_leaves_the_segment_closed(tmp_path, capsys):
+    """A logged frame the writer can't apply (here: its ring bytes lie outside the ring) stops the
+    replay with one line; what the pipe delivered before it is kept in a closed segment."""
+    from inkling_probe.store.writer_process import serve
+
+    reader, recorder_side = _shared_ring()
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    opened = _frame({"op": "open", "path": str(tmp_path), "rank": 0, "world_size": 1, "run_id": "0123456789ab",
+                     "n": 1})
+    delivered = _add_frame("a", 0, a, n=2)
+    broken = _frame({"op": "add", "n": 3, "ring": (1 << 40, 0, 24, 24), "np": "<f4", "shape": (2, 3),
+                     "row": {"key": "b"}, "stats": True, "store": True})
+    assert recorder_side.log(broken, 0)
+    assert serve(io.BytesIO(opened + delivered), io.BytesIO(), reader) == 0
+    assert "could not apply the recording's last messages" in capsys.readouterr().err
+    d = inkling_probe.open(tmp_path)
+    assert d.keys() == ["a"] and d.unfinished == []

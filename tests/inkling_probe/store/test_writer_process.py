@@ -141,3 +141,107 @@ def test_writer_durability_failure_stops_the_recording_with_one_line(tmp_path):
     assert "\n" not in message and "already exists" in message
     assert inkling_probe.open(folder).steps("t0")[:1] == [0]
 
+
+
+# -- the batched pipe and the ring's message log (review of 564a978) ----------------------------
+MB = 1 << 20
+
+
+def ring_ready(w):
+    w._ring_status(block=True)
+    assert w._ring is not None
+
+
+def test_claiming_the_ring_sends_the_batched_ring_messages_first(tmp_path):
+    """A ring message still batched when GPU staging claims the ring would hold the writer's tail
+    (it frees space in order): the claimer's first slot, which must wrap past it, would wait for
+    ever. claim_ring() sends the batch first."""
+    import threading
+
+    w = ProcessWriter().open(tmp_path, 0, 1, run_id=RUN)
+    ring_ready(w)
+    ring, seq = w._ring, 0
+    while ring.head + MB <= ring.size // 2 - MB:  # sent: the writer frees these
+        a = np.zeros(MB // 4, np.float32)
+        w.add(row(f"a{seq}", a, 0, seq), a, stats=False, store=False)
+        seq += 1
+    w._flush()
+    held = np.zeros(2 * MB // 4, np.float32)  # straddles the middle, its message batched
+    w.add(row("held", held, 0, seq), held, stats=False, store=False)
+    assert w._batch and ring.head > ring.size // 2
+    w.claim_ring()
+    taken, gave_up = {}, threading.Event()
+
+    def wait():
+        if gave_up.is_set():
+            raise TimeoutError
+        w.wait_for_ring_space()
+
+    def take():
+        try:
+            taken["view"] = ring.slot(ring.size // 2, wait)
+        except TimeoutError:
+            pass
+    t = threading.Thread(target=take)
+    t.start()
+    t.join(20)
+    gave_up.set()
+    t.join(5)
+    assert "view" in taken, "the claimer's first slot waited for a ring message never sent"
+    ring.forget(taken["view"])
+    w.abandon()
+
+
+def test_a_write_cut_part_way_sends_nothing_more_and_the_writer_keeps_the_batch(tmp_path):
+    """Ctrl-C while the pipe was full, after part of a batch went out: the pipe ends mid-message.
+    close() (as atexit calls it) must not write after the torn frame nor wait for an answer that
+    cannot come: it raises one line, and the writer applies the logged batch at end-of-file."""
+    import inkling_probe.store.writer_process as wp
+
+    w = ProcessWriter().open(tmp_path, 0, 1, run_id=RUN)
+    ring_ready(w)
+    w._flush()
+    arrays = [np.full(20000, i, np.float32) for i in range(3)]  # 80 KB each: batched in the pipe, logged
+    for i, a in enumerate(arrays):
+        w.add(row(f"k{i}", a, 0, i), a)
+    assert w._batch
+    real = wp._write_all
+
+    def torn(fd, parts, watch=None):
+        data = b"".join(bytes(p) for p in parts)
+        real(fd, [data[: len(data) // 2]], watch)
+        raise KeyboardInterrupt
+    wp._write_all = torn
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            w._flush()
+    finally:
+        wp._write_all = real
+    with pytest.raises(DumpError, match="stopped part-way"):
+        w.close(complete_through_step=-1)
+    assert w._proc.wait(30) == 0
+    d = inkling_probe.open(tmp_path)
+    assert d.keys() == ["k0", "k1", "k2"]
+    assert all(np.array_equal(d.array(f"k{i}", 0), a) for i, a in enumerate(arrays))
+
+
+def test_a_ring_that_comes_late_logs_what_was_batched_before_it(tmp_path):
+    """Messages batched while the writer's ring line had not been read yet are logged when the ring
+    comes, so a recorder that goes without a last write loses none of them, and none is applied twice."""
+    w = ProcessWriter()
+    w._ring_pending = False  # the writer's ring line not read yet
+    w.open(tmp_path, 0, 1, run_id=RUN)
+    small = [np.full(7, i, np.float32) for i in range(3)]
+    for i, a in enumerate(small):
+        w.add(row(f"s{i}", a, 0, i), a)
+    assert w._ring is None and w._batch
+    w._ring_pending = True
+    w._ring_status(block=True)
+    big = np.arange(300 * 256, dtype=np.float32)  # through the ring, its message batched
+    w.add(row("big", big, 0, 3), big)
+    assert w._batch and w._ring is not None
+    w.abandon()  # end-of-file with the batch never written
+    assert w._proc.wait(30) == 0
+    d = inkling_probe.open(tmp_path)
+    assert sorted(d.keys()) == ["big", "s0", "s1", "s2"] and all(len(d.rows(k)) == 1 for k in d.keys())
+    assert np.array_equal(d.array("big", 0), big)
