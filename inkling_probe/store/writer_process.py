@@ -17,6 +17,7 @@ Run as ``python -m inkling_probe.store.writer_process`` by :class:`ProcessWriter
 from __future__ import annotations
 
 import contextlib
+import io
 import marshal
 import select
 import os
@@ -251,7 +252,7 @@ class ProcessWriter:
                 self._flush()
         else:
             self._flush()
-            self._write_whole([frame, head, payload])
+            self._write([frame, head, payload])
 
     def _logged(self, at: int) -> bool:
         """Mirror the batch's frames from byte ``at`` in the ring's log; False when they don't fit."""
@@ -264,19 +265,9 @@ class ProcessWriter:
         self._ring_bytes = 0
         if self._batch:
             batch, self._batch = self._batch, bytearray()
-            self._write_whole([batch])
+            self._write([batch])
             if self._ring is not None:
                 self._ring.clear_log()  # (only once written: a kill mid-write leaves it logged)
-
-    def _write_whole(self, parts) -> None:
-        """Write ``parts`` to the pipe; if that stops part-way (Ctrl-C while the pipe is full, the
-        writer gone), the pipe may end mid-message, so nothing more is sent or logged: the log keeps
-        the batch, and the writer applies it at end-of-file (``close`` and ``abandon`` give it that)."""
-        try:
-            self._write(parts)
-        except BaseException as e:
-            self._torn = type(e).__name__ if not str(e) else f"{type(e).__name__}: {e}"
-            raise
 
     def _check_torn(self) -> None:
         if self._torn is not None:
@@ -284,10 +275,16 @@ class ProcessWriter:
                             "handed over and closes the segment as after a crash")
 
     def _write(self, parts) -> None:
+        """Write ``parts`` to the pipe; if that stops part-way (Ctrl-C while the pipe is full, the
+        writer gone), the pipe may end mid-message, so nothing more is sent or logged: the log keeps
+        the batch, and the writer applies it at end-of-file (``close`` and ``abandon`` give it that)."""
         try:
             _write_all(self._fd, parts, lambda: Watch(self._proc.pid, "room in the pipe to it"))
-        except (BrokenPipeError, OSError):
-            raise WriterDied(self._why()) from None
+        except BaseException as e:
+            self._torn = type(e).__name__ if not str(e) else f"{type(e).__name__}: {e}"
+            if isinstance(e, OSError):  # (BrokenPipeError included)
+                raise WriterDied(self._why()) from None
+            raise
 
     def wait_for_ends(self) -> None:
         """Return once every segment end sent so far is on disk (acknowledged by the writer)."""
@@ -405,13 +402,12 @@ def serve(stdin, stdout, ring=None) -> int:
 def _at_end_of_file(stdout, ring, writer, done, applied: int, SegmentWriter) -> int:
     """Apply the logged messages numbered after ``applied`` (the batch the recording process had not
     written out when it went), then end the open segment, complete through step ``done``."""
-    logged = memoryview(ring.logged()) if ring is not None else memoryview(b"")
+    logged = io.BytesIO(ring.logged() if ring is not None else b"")
     try:
         while True:
-            msg, payload = _frame_at(logged)
+            msg, payload = _read_message(logged)
             if msg is None:
                 break
-            logged = logged[_frame_size(logged):]
             if msg.get("n", 0) > applied:
                 writer, done, finished = _apply(msg, payload, stdout, ring, writer, done, SegmentWriter)
                 if finished:
@@ -422,20 +418,6 @@ def _at_end_of_file(stdout, ring, writer, done, applied: int, SegmentWriter) -> 
     if writer is not None:
         writer.end_segment(complete_through_step=done)
     return 0
-
-
-def _frame_size(frames: memoryview) -> int:
-    head_len, payload_len = _FRAME.unpack_from(frames, 0)
-    return _FRAME.size + head_len + payload_len
-
-
-def _frame_at(frames: memoryview):
-    """The first whole frame of ``frames`` as (header, payload), or (None, None)."""
-    if len(frames) < _FRAME.size or _frame_size(frames) > len(frames):
-        return None, None
-    head_len, payload_len = _FRAME.unpack_from(frames, 0)
-    head = frames[_FRAME.size: _FRAME.size + head_len]
-    return marshal.loads(head), bytes(frames[_FRAME.size + head_len: _FRAME.size + head_len + payload_len])
 
 
 def _apply(msg: dict, payload, stdout, ring, writer, done, SegmentWriter):
