@@ -192,16 +192,45 @@ def placement(model, ids, repeats: int) -> None:
         finally:
             os.sched_setaffinity(0, everything)
 
+    gc_time = {}  # variant -> [seconds in the cyclic garbage collector, collections by generation]
+    now, started = [None], [0.0]
+
+    def on_gc(phase, info):
+        if now[0] is None:
+            return
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            seen = gc_time.setdefault(now[0], [0.0, [0, 0, 0]])
+            seen[0] += time.perf_counter() - started[0]
+            seen[1][info["generation"]] += 1
+
+    def counted(label, fn):
+        def run():
+            now[0] = label
+            try:
+                fn()
+            finally:
+                now[0] = None
+        return run
+
+    import gc
+    gc.callbacks.append(on_gc)
+    fns = {"plain": plain, "plain pinned": plain_pinned, **{k: recorded(k) for k in recs}}
     with torch.no_grad():
-        t = interleaved({"plain": plain, "plain pinned": plain_pinned, **{k: recorded(k) for k in recs}},
-                        repeats, after=lambda: prune_finished_steps(root))
+        t = interleaved({k: counted(k, f) for k, f in fns.items()}, repeats,
+                        after=lambda: prune_finished_steps(root))
+    gc.callbacks.remove(on_gc)
     for ctx, rec in recs.values():
         sink._RECORDER = rec
         ctx.__exit__(None, None, None)
     print(f"plain {statistics.median(t['plain']) / steps * 1e3:.1f} ms/forward, {repeats} rounds of {steps}")
+    forwards = (repeats + 1) * steps
     for k in t:
-        if k != "plain":
-            print(f"  {k:20s} {_spread(t[k], t['plain'])}")
+        seconds, counts = gc_time.get(k, [0.0, [0, 0, 0]])
+        ratio = _spread(t[k], t['plain']) if k != "plain" else "1.00x"
+        print(f"  {k:20s} {ratio:24s} garbage collector {seconds / forwards * 1e3:.2f} ms a forward, "
+              f"collections by generation {counts} in {forwards} forwards")
 
 
 def main() -> None:
