@@ -35,6 +35,7 @@ from inkling_probe.errors import DumpError
 from inkling_probe.store.batch import once as _once
 
 _STOP = object()
+_UNSET = object()  # an argument not given (None is a CPU tensor's stream key)
 
 
 class CudaStager:
@@ -296,23 +297,27 @@ class StepBatch:
         device memory than a full batch's; larger tensors are copied to the host one by one."""
         return t.dtype in _batched() and self.capacity // 2 < t.numel() <= self.capacity
 
-    def fits(self, t) -> bool:
-        """Can ``t`` join the open batch now (room, same dtype, device and stream)?"""
+    def fits(self, t, key=_UNSET) -> bool:
+        """Can ``t`` join the open batch now (room, same dtype, device and stream)? ``key``:
+        ``_stream_key(t)`` when the caller has it (the per-probe path asks once)."""
         if not self.rows:
             return True
         return (self._used + t.numel() <= self.capacity and t.dtype == self._buffer.dtype
-                and _stream_key(t) == self._stream_key)
+                and (_stream_key(t) if key is _UNSET else key) == self._stream_key)
 
-    def append(self, row: dict, t) -> None:
+    def append(self, row: dict, t, key=_UNSET) -> None:
+        """Queue the copy of ``t`` into the buffer under ``row`` (``key``: as for :meth:`fits`)."""
+        if key is _UNSET:
+            key = _stream_key(t)
         if not self.rows:  # zeros: the gaps between tensors add nothing to a row's statistics
             import torch
 
             self._buffer = torch.zeros(_aligned(self.capacity), dtype=t.dtype, device=t.device)
-            self._stream, self._stream_key, self._used = _current_stream(t), _stream_key(t), 0
+            self._stream, self._stream_key, self._used = _current_stream(t), key, 0
             self._memcpy = _device_memcpy() if t.is_cuda else None
             self._base, self._itemsize = self._buffer.data_ptr(), t.element_size()
         n, at, shape = t.numel(), self._used, tuple(t.shape)
-        if self._memcpy is not None and t.is_contiguous() and t.get_device() == _current_device():
+        if self._memcpy is not None and key[0] == _current_device() and t.is_contiguous():
             size = self._itemsize  # one copy on the stream, without torch's dispatch (~15 us a probe)
             _check_cuda(self._memcpy(self._base + at * size, t.data_ptr(), n * size, _DEVICE_TO_DEVICE,
                                      self._stream_key[1]))
@@ -390,9 +395,16 @@ def _check_cuda(error: int) -> None:
 
 
 def _current_device() -> int:
+    return _device_getter()()
+
+
+@functools.cache
+def _device_getter():
+    """The current CUDA device's index, without ``torch.cuda.current_device``'s lazy-init check (a
+    probe asks once; its tensor is on a device, so CUDA is initialised)."""
     import torch
 
-    return torch.cuda.current_device()
+    return getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
 
 
 @functools.cache
@@ -558,9 +570,10 @@ class Drain:
             open_ = self._open.get(t.dtype)
             if open_ is None:
                 open_ = self._open[t.dtype] = batch.sibling()
-            if not open_.fits(t):
+            key = _stream_key(t)  # once a probe (fits and append both need it)
+            if not open_.fits(t, key):
                 self._seal(open_)
-            open_.append(row, t)
+            open_.append(row, t, key)
             return
         if batch is not None and batch.takes_alone(t):  # e.g. the logits: one copy, stats on the device
             alone = StepBatch(self.stager, capacity=t.numel(), stats=batch.stats)
