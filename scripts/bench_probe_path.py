@@ -132,6 +132,29 @@ def pin_writer(rec, cpus: set) -> None:
         os.sched_setaffinity(int(tid), cpus)
 
 
+def copies_only(rec, kernel: bool) -> None:
+    """Each probe: one copy into a 128 MB device buffer (wrapping), nothing else: a cudaMemcpyAsync
+    (as the batches do), or ``kernel``: an elementwise kernel (x * 1, timing only) on the SMs, to see
+    whether the copies cost the forward on the GPU's side (a copy engine between kernels)."""
+    import torch
+
+    buf = torch.empty(1 << 26, device="cuda", dtype=torch.bfloat16)
+    memcpy, base, cap, at = S._device_memcpy(), buf.data_ptr(), buf.numel() * 2, [0]
+    raw = torch._C._cuda_getCurrentRawStream
+
+    def staged(row, x):
+        n = x.numel() * x.element_size()
+        if at[0] + n > cap:
+            at[0] = 0
+        if x.is_contiguous() and x.dtype == torch.bfloat16:
+            if kernel:
+                torch.mul(x, 1, out=buf[at[0] // 2: at[0] // 2 + x.numel()].view(x.shape))
+            else:
+                memcpy(base + at[0], x.data_ptr(), n, 3, raw(x.get_device()))
+        at[0] += -(-n // 512) * 512
+    rec._staged = staged
+
+
 def placement(model, ids, repeats: int) -> None:
     """Interleaved rounds: plain and durability=writer, free and with the recording thread pinned to
     one CPU and the writer's threads kept off that physical core; and writer_threads=0."""
@@ -156,6 +179,9 @@ def placement(model, ids, repeats: int) -> None:
     recs = {}
     for label, options in {"writer": dict(durability="writer"), "writer pinned": dict(durability="writer"),
                            "writer, 0 threads": dict(durability="writer", writer_threads=0),
+                           "writer, pump every 8": dict(durability="writer"),
+                           "copies only, memcpy": dict(durability="writer"),
+                           "copies only, kernel": dict(durability="writer"),
                            "disk": dict(), "disk pinned": dict()}.items():
         ctx = inkling_probe.recording(os.path.join(root, label.replace(" ", "_").replace(",", "")),
                                       writer="process", **options)
@@ -164,9 +190,13 @@ def placement(model, ids, repeats: int) -> None:
 
     def recorded(label):
         rec = recs[label][1]
+        if label.startswith("copies only"):
+            copies_only(rec, kernel=label.endswith("kernel"))
         pinned = "pinned" in label
 
         def run():
+            if "every 8" in label and rec._drain is not None:
+                rec._drain.pump_every = 8
             if pinned:
                 os.sched_setaffinity(0, {main_cpu})
                 pin_writer(rec, rest)
