@@ -2,12 +2,15 @@
 per-probe path makes (ns a call, in a tight loop), then ``Recorder.record`` over one forward's
 probes of inkling_model small bf16 (256 tokens, process writer, ``durability=writer``), called back
 to back without the model: the whole path, and the path with nothing staged. Then a cProfile of it.
+Then placement rounds (interleaved, ratio to plain): the writer process with its threads kept off
+the recording thread's core, writer_threads=0, and the probes' copies alone (by cudaMemcpyAsync or
+by an SM kernel), to tell the CPU's share from the GPU's.
 
 The forward is launch-bound (every microsecond of the recording thread is the forward's), so these
 per-call costs, times the probes a forward, are what a recorded forward pays on top of plain.
 
 A developer's tool (it patches internals); needs a CUDA GPU.
-Run: python3 scripts/bench_probe_path.py [--forwards 40]
+Run (from the checkout's root): python3 scripts/bench_probe_path.py [--forwards 40] [--placement-rounds 9]
 """
 from __future__ import annotations
 
@@ -179,7 +182,6 @@ def placement(model, ids, repeats: int) -> None:
     recs = {}
     for label, options in {"writer": dict(durability="writer"), "writer pinned": dict(durability="writer"),
                            "writer, 0 threads": dict(durability="writer", writer_threads=0),
-                           "writer, pump every 8": dict(durability="writer"),
                            "copies only, memcpy": dict(durability="writer"),
                            "copies only, kernel": dict(durability="writer"),
                            "disk": dict(), "disk pinned": dict()}.items():
@@ -195,8 +197,6 @@ def placement(model, ids, repeats: int) -> None:
         pinned = "pinned" in label
 
         def run():
-            if "every 8" in label and rec._drain is not None:
-                rec._drain.pump_every = 8
             if pinned:
                 os.sched_setaffinity(0, {main_cpu})
                 pin_writer(rec, rest)

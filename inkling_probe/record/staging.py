@@ -534,8 +534,6 @@ class Drain:
         else:
             self._items: deque = deque()
             self._thread = None
-            self._since_pump = 0  # probes since the last look at the queue's copies
-            self.pump_every = 1  # probes between looks (an event query each)
             self._pumping = False
             stager.relieve = lambda: self._pump(block=True)
 
@@ -547,10 +545,7 @@ class Drain:
             self._forget_unqueued()
             raise
         if self._thread is None and self._items:
-            self._since_pump += 1
-            if self._since_pump >= self.pump_every:
-                self._since_pump = 0
-                self._pump(block=False)
+            self._pump(block=False)
 
     def _forget_unqueued(self) -> None:
         unqueued = getattr(self.stager, "unqueued", None)
