@@ -12,7 +12,8 @@ step survive, up to the last one handed over (where there is no ring, as before,
 small tensors, under 256 KB, may be lost). A write cut part-way (Ctrl-C with the pipe full) leaves the
 pipe mid-message: nothing more is sent, and closing lets the writer apply the log as after a crash.
 
-Run as ``python -m inkling_probe.store.writer_process`` by :class:`ProcessWriter` only.
+Started by :class:`ProcessWriter` only (``python -c`` importing :func:`main` from the recording
+process's own copy of the package).
 """
 from __future__ import annotations
 
@@ -53,6 +54,14 @@ def _warn(text: str) -> None:
     sys.stderr.write(text + "\n")
 
 
+# The writer imports this very copy of inkling_probe, also where the recording process found it
+# only through a sys.path entry of its own (a script run from a checkout's subfolder): the folder
+# holding the package goes first on the writer's path unless it is on that path already.
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_BOOTSTRAP = ("import sys; root = sys.argv.pop(1); sys.path.insert(0, root) if root not in sys.path else None; "
+              "from inkling_probe.store.writer_process import main; sys.exit(main())")
+
+
 class ProcessWriter:
     """Main-process side: same calls as :class:`~inkling_probe.store.writer.SegmentWriter`.
 
@@ -63,7 +72,7 @@ class ProcessWriter:
     def __init__(self):
         env = {k: v for k, v in os.environ.items() if k != "INKLING_PROBE"}
         self._ring_fd = ring_file(_warn)
-        argv = [sys.executable, "-m", "inkling_probe.store.writer_process"]
+        argv = [sys.executable, "-c", _BOOTSTRAP, _PACKAGE_ROOT]
         if self._ring_fd is not None:
             argv += [str(self._ring_fd), str(_RING_BYTES)]
         # SIGINT blocked across the exec (the writer ignores it before unblocking): a Ctrl-C during

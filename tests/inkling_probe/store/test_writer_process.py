@@ -245,3 +245,36 @@ def test_a_ring_that_comes_late_logs_what_was_batched_before_it(tmp_path):
     d = inkling_probe.open(tmp_path)
     assert sorted(d.keys()) == ["big", "s0", "s1", "s2"] and all(len(d.rows(k)) == 1 for k in d.keys())
     assert np.array_equal(d.array("big", 0), big)
+
+
+def test_the_writer_imports_the_recording_process_s_own_copy_of_the_package(tmp_path):
+    """A script that found inkling_probe only through a sys.path entry of its own (a checkout run from
+    a subfolder, a copy beside an installed one) gets a writer running that same copy: the copy here
+    marks its writer's start in a file, and the dump is written."""
+    import shutil
+    import subprocess
+    import sys
+
+    copy = tmp_path / "elsewhere"
+    shutil.copytree(os.path.dirname(inkling_probe.__file__), copy / "inkling_probe",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    marker = tmp_path / "marker"
+    module = copy / "inkling_probe" / "store" / "writer_process.py"
+    module.write_text(module.read_text().replace(
+        "def main() -> int:\n", f"def main() -> int:\n    open({str(marker)!r}, 'w').close()\n", 1))
+    script = (f"import sys; sys.path.insert(0, {str(copy)!r})\n"
+              "import numpy as np\n"
+              "from inkling_probe.store.writer_process import ProcessWriter\n"
+              f"w = ProcessWriter().open({str(tmp_path / 'dump')!r}, 0, 1, run_id={RUN!r})\n"
+              "a = np.arange(6, dtype=np.float32)\n"
+              "w.add({'key': 'x', 'step': 0, 'seq': 0, 'call': 0, 'rank': 0, 'shape': '6', 'dtype': 'float32',"
+              " 'storage': 'native', 'shard': 'replicated', 'dim': -1, 'token_dim': -1, 'token_start': 0,"
+              " 'numel': 6, 'meta': ''}, a)\n"
+              "w.close(0)\n")
+    (tmp_path / "dump").mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "INKLING_PROBE")}
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert marker.exists()
+    assert np.array_equal(inkling_probe.open(tmp_path / "dump").array("x", 0), np.arange(6, dtype=np.float32))
