@@ -37,6 +37,8 @@ VARIABLES = {
     "INKLING_PROBE_WRITER_THREADS": "threads that hash, summarise and write large tensors in parallel "
                                     "(default: 'auto' = the cores beyond 2, at most 4; 0: the writer's own "
                                     "thread does it all)",
+    "INKLING_PROBE_WRITER_LANES": "segment files a step's large writes spread over, so two job threads "
+                                  "write at once (default: 'auto' = 2 with 2+ writer threads, else 1)",
     "INKLING_PROBE_DURABILITY": "disk (default: step() returns once the step just ended is on disk; "
                                 "every completed step survives any kill) | writer (process writer: "
                                 "step() returns once that step is with the writer process and the one "
@@ -99,6 +101,7 @@ class Settings:
     pack_kb: float = 256.0
     writer: str = "auto"
     writer_threads: int | None = None  # None: auto (store/writer.py default_workers)
+    writer_lanes: int | None = None  # None: auto (store/writer.py default_lanes)
     durability: str = "disk"  # "writer": step() waits for the step before, not this one (process writer)
     run: str = ""
 
@@ -244,6 +247,7 @@ _PARSERS = {
     "writer": ("INKLING_PROBE_WRITER", lambda v, t: _choice(v, t, WRITERS)),
     "compress": ("INKLING_PROBE_COMPRESS", lambda v, t: _choice(v, t, COMPRESSIONS)),
     "writer_threads": ("INKLING_PROBE_WRITER_THREADS", lambda v, t: _threads(v, t)),
+    "writer_lanes": ("INKLING_PROBE_WRITER_LANES", lambda v, t: _lanes(v, t)),
     "durability": ("INKLING_PROBE_DURABILITY", lambda v, t: _choice(v, t, DURABILITIES)),
     "run": ("INKLING_PROBE_RUN", lambda v, t: _run_id(v, t)),
 }
@@ -256,6 +260,16 @@ def _threads(var: str, text: str) -> int | None:
     n = _int(var, value, text)
     if not 0 <= n <= 64:
         raise SettingsError(f"{var}={text!r}: expected 'auto' or 0..64")
+    return n
+
+
+def _lanes(var: str, text: str) -> int | None:
+    value = text.strip().lower()
+    if value in ("", "auto"):
+        return None
+    n = _int(var, value, text)
+    if not 1 <= n <= 8:
+        raise SettingsError(f"{var}={text!r}: expected 'auto' or 1..8")
     return n
 
 

@@ -52,8 +52,9 @@ def mapped(threads):
             for i in range(j, N, threads): dst[i * SZ:(i + 1) * SZ] = s[i * SZ:(i + 1) * SZ]
         threaded(threads, work); del dst; m.close(); os.close(fd)
     return run
-print(f"{N * SZ / 1e6:.0f} MB:")
+print(f"{N * SZ / 1e6:.0f} MB into {root} ({os.popen('df -T ' + root + ' | tail -1').read().split()[1]}):")
 print("buffered 1 thread 1 file", med(buffered(1, 1)))
+print("buffered 4 threads 1 file", med(buffered(4, 1)))
 print("buffered 2 threads 2 files", med(buffered(2, 2)))
 print("buffered 4 threads 4 files", med(buffered(4, 4)))
 for k, pre in ((1, False), (1, True), (4, True)):

@@ -113,7 +113,7 @@ class Recorder:
         run = run_id(os.environ, self.world_size, s.run, launch)
         self._lock = prepare(s.path, self.rank, run, s.overwrite)
         options = dict(run_id=run, segment_mb=s.segment_mb, compress=s.compress, pack_kb=s.pack_kb,
-                       workers=s.writer_threads,
+                       workers=s.writer_threads, lanes=s.writer_lanes,
                        run_meta=json.dumps(_run_meta(s), sort_keys=True, default=str))
         if self.mode == "process":
             from inkling_probe.store.writer_process import ProcessWriter

@@ -18,6 +18,15 @@ space allocated at once (``_create_allocated``), and a job computes the hash and
 (:func:`default_workers`); hashing, numpy reductions and ``pwrite`` release the GIL, so one step's
 large tensors are summarised in parallel; their writes into the segment take turns (the kernel
 serialises them on the file anyway). HDF5 itself is called from one thread only.
+
+A step's large writes are spread over *lanes*: once a segment holds ``_LANE_MIN_BYTES``, further
+batch parts and own datasets go to the lane (segment file) with the fewest bytes so far, so job
+threads write into two files at once (one file's buffered writes serialise on its inode lock: the
+step's tail, written after the forward, is bound by one file's write rate; scripts/bench_file_writes.py).
+Each lane is a whole segment of its own (header, index); at the step's end the side lanes are closed
+and renamed first, marked complete only through the steps completed before, and the main lane last
+with the new mark: a kill between the renames leaves the step readable and marked incomplete, as a
+segment split by size does.
 Before the segment is closed (or abandoned), every job has finished: no write outlives its file.
 
 This module imports numpy and h5py only: it runs inside the writer process (writer_process.py).
@@ -48,14 +57,31 @@ _BATCH_PART_BYTES = 4 << 20  # a batch's tensors are packed into parts of up to 
 _IOV_MAX = 512  # buffers per pwritev call (Linux allows 1024)
 _MAX_WORKERS = 4
 SERIAL_WRITES = True  # job threads take turns at pwrite (see _Jobs); False: each writes at once
+_LANE_MIN_BYTES = 8 << 20  # a segment's bytes before its large writes spread over a second file
 _SPLIT_BYTES = 4 << 20  # a tensor this large is hashed and written by two job threads at once (the
 # logits, last in a forward, are most of a step's tail: ~1.3 ms of hashing off it per 16 MB)
+
+
+def default_lanes(workers: int) -> int:
+    """Segment files a step's large writes spread over: two where two job threads can write at once."""
+    return 2 if workers >= 2 else 1
 
 
 def default_workers() -> int:
     """Job threads for this process: none on one or two cores (the model needs them), else up to 4."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(0, min(_MAX_WORKERS, cores - 2))
+
+
+@dataclass
+class _Lane:
+    """One segment file being written: its number, HDF5 file, index rows, groups and bytes placed."""
+
+    number: int
+    file: h5py.File
+    rows: list
+    groups: dict
+    bytes: int = 0
 
 
 @dataclass
@@ -73,38 +99,69 @@ class SegmentWriter:
 
     def __init__(self, path, rank: int, world_size: int, *, run_id: str, run_meta: str = "{}",
                  segment_mb: float = 1024, compress: str = "none", pack_kb: float = 256,
-                 workers: int | None = None):
+                 workers: int | None = None, lanes: int | None = None):
         self.dir = os.fspath(path)
         self.rank, self.world_size, self.run_id = rank, world_size, run_id
         self.run_meta = run_meta
         self.segment_bytes = int(segment_mb * (1 << 20))
         self.compress = compress
         self.pack_bytes = int(pack_kb * 1024)
-        self._segment = 0
-        self._file = None
+        self._segment = 0  # the next segment file's number
+        self._file = None  # the main lane's file (packs, small tensors, the completion mark)
         self._rows: list[tuple] = []
-        self._bytes = 0
+        self._bytes = 0  # bytes placed in this segment, every lane
+        self._main: _Lane | None = None
+        self._side: list[_Lane] = []  # side lanes of this segment (large writes only)
+        self._complete = -1  # the last completion mark renamed into place
         self._packs: dict[tuple, _Pack] = {}
         self._pack_parts: dict[tuple, int] = {}
         self._spare_buffers: dict = {}  # dtype -> a pack buffer already written, for the next part
         self._jobs = _Jobs(default_workers() if workers is None else workers)
+        self.lanes = default_lanes(self._jobs.workers) if lanes is None else max(1, lanes)
 
-    def _open_segment(self) -> h5py.File:
-        name = schema.segment_name(self.rank, self._segment, self.run_id)
+    def _new_lane(self) -> _Lane:
+        number = self._segment
+        name = schema.segment_name(self.rank, number, self.run_id)
         path = os.path.join(self.dir, name + schema.TMP_SUFFIX)
         if os.path.lexists(path):
             raise DumpError(f"{path}: already exists (planted in the dump folder?); not written through")
         # "x": exclusive create (O_EXCL), so a file or a symbolic link planted there is never written through
         f = h5py.File(path, "x", libver="latest")
+        self._segment += 1
+        try:
+            _write_attrs(f.id, {
+                "format": schema.FORMAT_NAME, "schema_version": schema.SCHEMA_VERSION, "run_id": self.run_id,
+                "rank": self.rank, "world_size": self.world_size, "segment": number,
+                "created": time.time(), "run": self.run_meta,
+            })
+        except BaseException:
+            f.close()
+            raise
+        return _Lane(number, f, [], {})
+
+    def _open_segment(self) -> h5py.File:
+        lane = self._new_lane()
+        self._main, self._side = lane, []
+        f = lane.file
         self._jobs.reserve = not _in_memory(f.id.get_vfd_handle())  # asked once a segment, not a write
-        _write_attrs(f.id, {
-            "format": schema.FORMAT_NAME, "schema_version": schema.SCHEMA_VERSION, "run_id": self.run_id,
-            "rank": self.rank, "world_size": self.world_size, "segment": self._segment,
-            "created": time.time(), "run": self.run_meta,
-        })
-        self._file, self._rows, self._bytes, self._packs, self._pack_parts = f, [], 0, {}, {}
-        self._groups = {}
+        self._file, self._rows, self._bytes, self._packs, self._pack_parts = f, lane.rows, 0, {}, {}
+        self._groups = lane.groups
         return f
+
+    def _lane_for(self, nbytes: int) -> _Lane:
+        """The lane a large write of ``nbytes`` goes to: the main one until the segment holds
+        ``_LANE_MIN_BYTES``, then the one with the fewest bytes (a side lane opened while fewer than
+        ``lanes`` are open)."""
+        main = self._main
+        if self.lanes < 2 or self._bytes < _LANE_MIN_BYTES:
+            lane = main
+        else:
+            lane = min([main, *self._side], key=operator.attrgetter("bytes"))
+            if len(self._side) + 1 < self.lanes and lane.bytes > 0:
+                lane = self._new_lane()
+                self._side.append(lane)
+        lane.bytes += nbytes
+        return lane
 
     def add(self, row: dict, array: np.ndarray, *, stats: bool | dict = True, store: bool = True,
             on_stored=None) -> None:
@@ -186,30 +243,38 @@ class SegmentWriter:
         path = schema.pack_path(row["step"], kind, number)
         group_name, name = path.rsplit("/", 1)
         total = sum(a.size for _, a, _ in part)
-        dsid = h5py.h5d.create(self._group(group_name).id, name.encode(), _stored_type(row, array),
+        lane = self._lane_for(sum(a.nbytes for _, a, _ in part))
+        dsid = h5py.h5d.create(self._group(group_name, lane).id, name.encode(), _stored_type(row, array),
                                h5py.h5s.create_simple((total,)), dcpl=_allocated_dcpl())
         at = 0
         for row, array, _ in part:
             row["dataset"], row["offset"] = path, at
             at += array.size
             self._bytes += array.nbytes
-            self._rows.append(row)
+            lane.rows.append(row)
         handed[0] += len(part)  # from here the job calls one_stored for each (also when it fails)
-        self._jobs.submit_part(part, self._vfd(), dsid.get_offset(), self.dir, one_stored)
+        self._jobs.submit_part(part, self._vfd(lane), dsid.get_offset(), self.dir, one_stored)
 
     def _add(self, row: dict, array: np.ndarray, stats: bool, store: bool, on_stored) -> None:
         if self._file is not None and self._bytes >= self.segment_bytes:
             self.end_segment(complete_through_step=row["step"] - 1)
-        f = self._file if self._file is not None else self._open_segment()  # (h5py's File.__bool__: ~20 us)
+        if self._file is None:  # (h5py's File.__bool__: ~20 us)
+            self._open_segment()
         row["dataset"], row["offset"] = "", -1
         if store and array.nbytes >= self.pack_bytes:
-            offset = self._create_dataset(f, row, array)
+            lane = self._lane_for(array.nbytes)
+            offset = self._create_dataset(lane, row, array)
             if offset is not None:  # the hash, stats and bytes are a job's
                 if on_stored is None and self._jobs.workers:
                     array = array.copy()  # the caller may reuse its buffer once add() returns
-                self._jobs.submit(row, array, self._vfd(), offset, stats, self.dir, on_stored)
-                self._rows.append(row)
+                self._jobs.submit(row, array, self._vfd(lane), offset, stats, self.dir, on_stored)
+                lane.rows.append(row)
                 return
+            _summarise(row, array, stats)  # written through HDF5 (compressed): indexed in its lane
+            lane.rows.append(row)
+            if on_stored is not None:
+                on_stored()
+            return
         _summarise(row, array, stats)
         if store and array.nbytes < self.pack_bytes:
             self._append_to_pack(row, array)
@@ -217,12 +282,12 @@ class SegmentWriter:
         if on_stored is not None:
             on_stored()
 
-    def _create_dataset(self, f: h5py.File, row: dict, array: np.ndarray) -> int | None:
-        """The tensor's own dataset; returns the file offset its bytes go to, or None once written
-        (compressed data goes through HDF5's filters)."""
+    def _create_dataset(self, lane: _Lane, row: dict, array: np.ndarray) -> int | None:
+        """The tensor's own dataset in ``lane``'s file; returns the file offset its bytes go to, or
+        None once written (compressed data goes through HDF5's filters)."""
         row["dataset"] = schema.dataset_path(row["step"], row["key"], row["call"])
         group_name, name = row["dataset"].rsplit("/", 1)
-        group = self._group(group_name)
+        group = self._group(group_name, lane)
         offset = None
         ftype = _stored_type(row, array)
         if self.compress == "gzip" and array.nbytes >= _GZIP_MIN_BYTES:
@@ -234,9 +299,9 @@ class SegmentWriter:
         self._bytes += array.nbytes
         return offset
 
-    def _vfd(self) -> int:
-        """The open segment's file descriptor (HDF5's sec2 driver): jobs write at offsets through it."""
-        return self._file.id.get_vfd_handle()
+    def _vfd(self, lane: _Lane) -> int:
+        """A lane's file descriptor (HDF5's sec2 driver): jobs write at offsets through it."""
+        return lane.file.id.get_vfd_handle()
 
     def _append_to_pack(self, row: dict, array: np.ndarray) -> None:
         """Copy a small tensor into its step's pack; full packs go to the file at once.
@@ -271,11 +336,13 @@ class SegmentWriter:
         _create_contiguous(self._group(group_name), name, pack.buf[: pack.used], pack.ftype)
         self._spare_buffers[pack.buf.dtype] = pack.buf  # written: HDF5 has copied it
 
-    def _group(self, name: str) -> h5py.Group:
-        """A group of the open segment, created once (``require_group`` costs ~1 ms a call)."""
-        group = self._groups.get(name)
+    def _group(self, name: str, lane: _Lane | None = None) -> h5py.Group:
+        """A group of the open segment's main file (or ``lane``'s), created once (``require_group``
+        costs ~1 ms a call)."""
+        lane = lane or self._main
+        group = lane.groups.get(name)
         if group is None:
-            group = self._groups[name] = self._file.require_group(name)
+            group = lane.groups[name] = lane.file.require_group(name)
         return group
 
     def _write_packs(self) -> None:
@@ -294,19 +361,21 @@ class SegmentWriter:
         except DumpError:
             self.abort()
             raise  # names the tensor whose write failed
+        number = self._main.number
         try:
             self._finish(f, complete_through_step)
         except Exception as e:
             self.abort()
-            raise DumpError(f"ending segment {self._segment} of rank {self.rank} in {self.dir}: {why(e)}") from None
+            raise DumpError(f"ending segment {number} of rank {self.rank} in {self.dir}: {why(e)}") from None
 
     def abort(self) -> None:
         """After a failure: close what is open without raising; its ``.tmp`` file stays (ignored)."""
         self._jobs.wait(raise_error=False)  # no job may write through the descriptor once closed
-        f, self._file, self._packs = self._file, None, {}
-        if f is not None:
+        lanes = [self._main, *self._side] if self._file is not None else []
+        self._file, self._packs, self._main, self._side = None, {}, None, []
+        for lane in lanes:
             try:
-                f.close()
+                lane.file.close()
             except Exception:
                 pass
 
@@ -315,25 +384,37 @@ class SegmentWriter:
         child's HDF5 library flushes or truncates (at its exit) reaches the parent's segment."""
         self._jobs = _Jobs(0)  # the job threads did not survive the fork
         if self._file is not None:
-            with tempfile.TemporaryFile() as scratch:
-                os.dup2(scratch.fileno(), self._file.id.get_vfd_handle())
-        self._file = None
+            for lane in (self._main, *self._side):
+                with tempfile.TemporaryFile() as scratch:
+                    os.dup2(scratch.fileno(), lane.file.id.get_vfd_handle())
+        self._file, self._main, self._side = None, None, []
 
     def _finish(self, f: h5py.File, complete_through_step: int) -> None:
+        """Close and rename the side lanes (marked complete through the steps completed before),
+        then the main one with its packs and ``complete_through_step``."""
+        while self._side:
+            _close_lane(self._side[0], self._complete)
+            self._side.pop(0)
         self._write_packs()
-        _write_index(f, np.array([_INDEX_ROW(row) for row in self._rows], dtype=schema.INDEX_DTYPE))
-        _write_attrs(f.id, {"complete_through_step": complete_through_step})
-        tmp = f.filename
-        f.close()
-        os.replace(tmp, tmp[: -len(schema.TMP_SUFFIX)])
-        self._file = None
-        self._segment += 1
+        _close_lane(self._main, complete_through_step)
+        self._file, self._main = None, None
+        self._complete = max(self._complete, complete_through_step)
 
     def close(self, complete_through_step: int) -> None:
         try:
             self.end_segment(complete_through_step)
         finally:
             self._jobs.shutdown()
+
+
+def _close_lane(lane: _Lane, complete_through_step: int) -> None:
+    """Write a lane's index and completion mark, close its file and rename it into place."""
+    f = lane.file
+    _write_index(f, np.array([_INDEX_ROW(row) for row in lane.rows], dtype=schema.INDEX_DTYPE))
+    _write_attrs(f.id, {"complete_through_step": complete_through_step})
+    tmp = f.filename
+    f.close()
+    os.replace(tmp, tmp[: -len(schema.TMP_SUFFIX)])
 
 
 def why(e: BaseException) -> str:
@@ -563,11 +644,11 @@ class _Jobs:
         self._futures: list = []
         self._error: str | None = None
         self._lock = threading.Lock()
-        # one file's writes go one at a time: hashing and statistics run side by side, but writes
-        # into one file serialise on its inode lock in the kernel, and waiting there costs CPU (the
+        # one file's writes go one at a time (each lane's file its own turn): hashing and statistics
+        # run side by side, but writes into one file serialise on its inode lock in the kernel, and waiting there costs CPU (the
         # writer process of an H200 GPU forward: 60-90 ms of CPU with four threads writing at
         # once, 35-48 ms taking turns; scripts/bench_record_parts.py, "parallel writes")
-        self._io = threading.Lock() if SERIAL_WRITES else contextlib.nullcontext()
+        self._io_locks: dict = {}  # file descriptor -> the lock its writes take turns at
         self.reserve = True  # fallocate before writing (the segment's writer sets it: not on tmpfs)
 
     def submit(self, row: dict, array: np.ndarray, fd: int, offset: int, stats: bool, folder: str,
@@ -608,7 +689,7 @@ class _Jobs:
                 for row, array, stats in part:
                     _summarise(row, array, stats)
                 views = [memoryview(np.ascontiguousarray(a)).cast("B") for _, a, _ in part]
-                with self._io:
+                with self._io(fd):
                     if self.reserve:
                         _reserve_blocks(fd, offset, sum(len(v) for v in views))
                     _pwritev_all(fd, views, offset)
@@ -628,7 +709,7 @@ class _Jobs:
                 elif summarise:
                     _summarise(row, array, stats)
                 elif write and array.size:
-                    with self._io:
+                    with self._io(fd):
                         if self.reserve:
                             _reserve_blocks(fd, offset, array.nbytes)
                         _pwrite_all(fd, memoryview(np.ascontiguousarray(array)).cast("B"), offset)
@@ -643,13 +724,23 @@ class _Jobs:
         """Hash, summarise and write the tensor in one pass over its memory, chunk by chunk (each
         chunk written while it is in the cache); the writes take turns as whole writes do."""
         if self.reserve:
-            with self._io:
+            with self._io(fd):
                 _reserve_blocks(fd, offset, array.nbytes)
 
         def write(view, at):
-            with self._io:
+            with self._io(fd):
                 _pwrite_all(fd, view, offset + at)
         _summarise(row, array, stats, write)
+
+    def _io(self, fd: int):
+        """The turn to write into ``fd``'s file (no turns with SERIAL_WRITES off)."""
+        if not SERIAL_WRITES:
+            return contextlib.nullcontext()
+        lock = self._io_locks.get(fd)
+        if lock is None:
+            with self._lock:
+                lock = self._io_locks.setdefault(fd, threading.Lock())
+        return lock
 
     def check(self) -> None:
         if self._error is not None:

@@ -59,11 +59,15 @@ def test_a_batch_is_packed_into_parts_and_reads_back_bit_exact(tmp_path, workers
     assert {by_key[f"t{i}"]["dataset"] for i in range(6)} == {"/packs/0/float32.0"}
     assert by_key["t6"]["dataset"] == "/packs/0/float32.1" and by_key["t6"]["offset"] == 0
     assert by_key["t7"]["dataset"] == "/tensors/0/t7" and by_key["t7"]["offset"] == -1
-    with h5py.File(d.segments[0].path, "r") as f:  # plain h5py, as docs/FORMAT.md says
-        r = by_key["t3"]
-        got = f[r["dataset"]][r["offset"]: r["offset"] + r["numel"]].reshape(256, 1024)
-        assert np.array_equal(got, flat[spans[3][0]: spans[3][0] + spans[3][1]].reshape(256, 1024))
-        assert len(f["packs/0"]) == 2
+    parts, r, got = 0, by_key["t3"], None
+    for segment in d.segments:  # one file, or with two job threads the step's large writes in two lanes
+        with h5py.File(segment.path, "r") as f:  # plain h5py, as docs/FORMAT.md says
+            parts += len(f["packs/0"]) if "packs/0" in f else 0
+            if r["dataset"] in f:
+                got = f[r["dataset"]][r["offset"]: r["offset"] + r["numel"]].reshape(256, 1024)
+    assert np.array_equal(got, flat[spans[3][0]: spans[3][0] + spans[3][1]].reshape(256, 1024))
+    assert parts == 2
+    assert len(d.segments) == (2 if workers >= 2 else 1) and d.complete_through_step() == 0
 
 
 def test_bf16_batches_are_packed_as_bf16_that_plain_h5py_reads_as_numbers(tmp_path):
