@@ -108,9 +108,10 @@ def prune(root: str) -> None:
 _FIRST_STEP: set = set()  # segments that hold step 0 (kept; their index is not read again)
 
 
-def prune_finished_steps(root: str, keep: int = 3) -> None:
+def prune_finished_steps(root: str, keep: int = 6) -> None:
     """(GPU bench, untimed, between runs) Delete each recording's finished segments past its first
-    ``keep`` (a segment a step here: the warm-up's steps stay for the report). A run writes ~160 MB
+    ``keep`` (one or two segment files a step here, store/writer.py's lanes: the first three steps
+    stay for the report). A run writes ~160 MB
     and the bench ~5 GB: left in the page cache, the dirty pages grew past the kernel's background
     threshold on an H200 host and its writeback slowed the later runs (the default durability read
     1.76x in an A/B run that kept them and 1.43x in the next one, which pruned). A recording's open
@@ -441,7 +442,7 @@ def cuda_small_model():
 TARGETS = {"inline": "", "process": "  (target <= 1.5x)", "process, durability=writer": "  (target <= 1.3x)"}
 
 
-def cuda_main(repeats: int, steps: int, disk: float) -> None:
+def cuda_main(repeats: int, steps: int, disk: float, one_lane: bool = False) -> None:
     import torch
 
     import inkling_probe
@@ -456,9 +457,13 @@ def cuda_main(repeats: int, steps: int, disk: float) -> None:
 
     variants = {"inline": dict(writer="inline"), "process": dict(writer="process"),
                 "process, durability=writer": dict(writer="process", durability="writer")}
+    if one_lane:  # the writer's step in one segment file (before lanes), in the same rounds
+        variants.update({"process, 1 lane": dict(writer="process", writer_lanes=1),
+                         "process, durability=writer, 1 lane": dict(writer="process", durability="writer",
+                                                                    writer_lanes=1)})
     recs = {}
     for label, options in variants.items():
-        ctx = inkling_probe.recording(os.path.join(root, label.replace(" ", "_")), **options)
+        ctx = inkling_probe.recording(os.path.join(root, label.replace(" ", "_").replace(",", "")), **options)
         recs[label] = (ctx, ctx.__enter__())
         inkling_probe.sink._RECORDER = None
 
@@ -646,6 +651,8 @@ def main():
     ap.add_argument("--steps", type=int, default=3, help="forwards (steps) in one timed run")
     ap.add_argument("--cuda", action="store_true", help="GPU: inkling_model small bf16, recorded / plain")
     ap.add_argument("--no-startup", action="store_true", help="skip the read start-up measurement")
+    ap.add_argument("--one-lane", action="store_true",
+                    help="with --cuda: also the process writer with its step in one segment file (A/B of lanes)")
     ap.add_argument("--child-cpus", help=argparse.SUPPRESS)
     ap.add_argument("--start", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -654,7 +661,7 @@ def main():
     if args.cuda:
         disk = disk_rate()
         print(f"disk: {disk:.0f} MB/s sustained write into {tempfile.gettempdir()} (1 GB, 100 MB files)")
-        return cuda_main(args.repeats, args.steps, disk)
+        return cuda_main(args.repeats, args.steps, disk, args.one_lane)
     available = sorted(os.sched_getaffinity(0))
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()

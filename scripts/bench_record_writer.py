@@ -10,9 +10,11 @@ default durability. Printed per variant: the step's time, its tail (from the las
 to the segment renamed: what ``step()`` waits for), and the writer process's CPU, beside the
 disk's sustained write for the step's bytes (the limit).
 
-Variants: ``packed`` (the default: a batch's tensors packed into 4 MiB parts, one dataset a part)
-and ``dataset per tensor`` (``INKLING_PROBE_PACK_KB=0``: what each tensor of 256 KiB or more got
-before the parts).
+Variants: ``packed`` (the default: a batch's tensors packed into 4 MiB parts, one dataset a part;
+with 2+ writer threads the step's large writes spread over two segment files, store/writer.py's
+lanes), ``packed, 1 lane`` (``INKLING_PROBE_WRITER_LANES=1``: one file a step, as before lanes) and
+``dataset per tensor`` (``INKLING_PROBE_PACK_KB=0``: what each tensor of 256 KiB or more got before
+the parts).
 
 Run: .venv/bin/python scripts/bench_record_writer.py [--steps 12] [--forward-ms 40]
 """
@@ -114,7 +116,7 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def run_variant(probes: list, steps: int, forward_s: float, pack_kb: float, folder: str,
-                durability: str = "disk") -> dict:
+                durability: str = "disk", lanes: int | None = None) -> dict:
     """Feed ``steps`` steps to a fresh writer process; per step (after two warm-up steps): time,
     tail, the writer's CPU seconds and the time spent waiting for ring space. ``durability``
     'writer': a step's end is not waited for (at most one in flight, as ``step()`` then does)."""
@@ -122,7 +124,7 @@ def run_variant(probes: list, steps: int, forward_s: float, pack_kb: float, fold
 
     rng = np.random.default_rng(0)
     os.makedirs(folder)
-    w = ProcessWriter().open(folder, 0, 1, run_id="0123456789ab", pack_kb=pack_kb)
+    w = ProcessWriter().open(folder, 0, 1, run_id="0123456789ab", pack_kb=pack_kb, lanes=lanes)
     ring = w.staging_ring()
     if ring is None:
         sys.exit("no shared ring (is /dev/shm available?)")
@@ -193,12 +195,12 @@ def main() -> None:
     root = tempfile.mkdtemp(prefix="bench-writer-", dir=args.dir)
     try:
         disk = disk_rate(root)
-        variants = {"packed": 256, "dataset per tensor": 0}
+        variants = {"packed": (256, None), "packed, 1 lane": (256, 1), "dataset per tensor": (0, None)}
         results = {}
         for round_ in range(2):  # two turns each, interleaved
-            for label, pack_kb in variants.items():
+            for label, (pack_kb, lanes) in variants.items():
                 r = run_variant(probes, args.steps, args.forward_ms / 1e3, pack_kb,
-                                os.path.join(root, f"{round_}-{pack_kb}"), args.durability)
+                                os.path.join(root, f"{round_}-{pack_kb}-{lanes}"), args.durability, lanes)
                 for k, v in r.items():
                     results.setdefault(label, {}).setdefault(k, []).extend(v)
     finally:
