@@ -442,7 +442,7 @@ def cuda_small_model():
 TARGETS = {"inline": "", "process": "  (target <= 1.5x)", "process, durability=writer": "  (target <= 1.3x)"}
 
 
-def cuda_main(repeats: int, steps: int, disk: float, one_lane: bool = False) -> None:
+def cuda_main(repeats: int, steps: int, disk: float, lanes: tuple = ()) -> None:
     import torch
 
     import inkling_probe
@@ -457,10 +457,10 @@ def cuda_main(repeats: int, steps: int, disk: float, one_lane: bool = False) -> 
 
     variants = {"inline": dict(writer="inline"), "process": dict(writer="process"),
                 "process, durability=writer": dict(writer="process", durability="writer")}
-    if one_lane:  # the writer's step in one segment file (before lanes), in the same rounds
-        variants.update({"process, 1 lane": dict(writer="process", writer_lanes=1),
-                         "process, durability=writer, 1 lane": dict(writer="process", durability="writer",
-                                                                    writer_lanes=1)})
+    for n in lanes:  # the writer's step over n segment files (1: as before lanes), in the same rounds
+        variants.update({f"process, {n} lane{'s' * (n > 1)}": dict(writer="process", writer_lanes=n),
+                         f"process, durability=writer, {n} lane{'s' * (n > 1)}": dict(
+                             writer="process", durability="writer", writer_lanes=n)})
     recs = {}
     for label, options in variants.items():
         ctx = inkling_probe.recording(os.path.join(root, label.replace(" ", "_").replace(",", "")), **options)
@@ -651,8 +651,9 @@ def main():
     ap.add_argument("--steps", type=int, default=3, help="forwards (steps) in one timed run")
     ap.add_argument("--cuda", action="store_true", help="GPU: inkling_model small bf16, recorded / plain")
     ap.add_argument("--no-startup", action="store_true", help="skip the read start-up measurement")
-    ap.add_argument("--one-lane", action="store_true",
-                    help="with --cuda: also the process writer with its step in one segment file (A/B of lanes)")
+    ap.add_argument("--lanes", default="",
+                    help="with --cuda: also the process writer with its step's large writes over these numbers "
+                         "of segment files (comma-separated; 1: one file a step, as before lanes)")
     ap.add_argument("--child-cpus", help=argparse.SUPPRESS)
     ap.add_argument("--start", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -661,7 +662,7 @@ def main():
     if args.cuda:
         disk = disk_rate()
         print(f"disk: {disk:.0f} MB/s sustained write into {tempfile.gettempdir()} (1 GB, 100 MB files)")
-        return cuda_main(args.repeats, args.steps, disk, args.one_lane)
+        return cuda_main(args.repeats, args.steps, disk, tuple(int(n) for n in args.lanes.split(",") if n))
     available = sorted(os.sched_getaffinity(0))
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
