@@ -60,8 +60,10 @@ def write_slice(doc: dict, dumps: dict, path: str, window: int = 2, max_tensor_m
     os.makedirs(tmp_dir, exist_ok=False)
     meta = {"slice_of": {s: os.path.basename(os.path.normpath(d.path)) for s, d in dumps.items()},
             "culprits": [c["key"] for c in culprits(doc)]}
+    # One file: one lane, and no roll-over (a slice holds a few windows of tensors of at most
+    # max_tensor_mb each); anything else would be a slice that silently dropped files.
     writer = SegmentWriter(tmp_dir, 0, 1, run_id=uuid.uuid4().hex[:12], run_meta=json.dumps(meta, sort_keys=True),
-                           pack_kb=64)
+                           pack_kb=64, lanes=1, segment_mb=1 << 20)
     last_step = 0
     try:
         for seq, (side, key, step, call) in enumerate(wanted(doc, dumps, window)):
@@ -81,6 +83,9 @@ def write_slice(doc: dict, dumps: dict, path: str, window: int = 2, max_tensor_m
             last_step = max(last_step, step)
         writer.close(complete_through_step=last_step)
         produced = [n for n in os.listdir(tmp_dir) if schema.SEGMENT_RE.match(n)]
+        if len(produced) > 1:
+            raise RuntimeError(f"slice.h5: the writer produced {len(produced)} segment files where one was "
+                               f"expected ({', '.join(sorted(produced))}); no slice written")
         if produced:
             os.replace(os.path.join(tmp_dir, produced[0]), path)
     finally:

@@ -10,7 +10,7 @@ FORMAT_NAME = "inkling-probe"
 SCHEMA_VERSION = 3  # 3: bf16 stored as itself (2 bytes, an HDF5 bfloat16 float type); 2: run id in
 # segment names and attributes (bf16 stored as float32); versions 1 and 2 are still read
 # rank, segment, run id (absent in version 1 names)
-SEGMENT_RE = re.compile(r"^rank(\d{5})-seg(\d{6})(?:-([0-9a-f]{12}))?\.h5$")
+SEGMENT_RE = re.compile(r"^rank(\d{5})-seg(\d{6,})(?:-([0-9a-f]{12}))?\.h5$")
 TMP_SUFFIX = ".tmp"
 LOCK_RE = re.compile(r"^rank(\d{5})\.lock$")
 NO_DIM = -1
@@ -58,6 +58,15 @@ def parse_segment_name(name: str) -> tuple[int, int, str] | None:
     """(rank, segment, run id or '' for version 1) of a segment or unfinished segment name, else None."""
     m = SEGMENT_RE.match(name.removesuffix(TMP_SUFFIX))
     return (int(m[1]), int(m[2]), m[3] or "") if m else None
+
+
+def in_segment_order(names) -> list[str]:
+    """``names`` sorted so that a rank's segments come in the order written: by rank, then segment
+    number as a number (seg1000000 follows seg999999), then the name; other names by name, first."""
+    def order(name: str):
+        parsed = parse_segment_name(name)
+        return (1, parsed[0], parsed[1], name) if parsed else (0, 0, 0, name)
+    return sorted(names, key=order)
 
 
 def dataset_path(step: int, key: str, call: int) -> str:

@@ -34,7 +34,7 @@ def segment_files(path: str) -> tuple[list[str], list[str]]:
     if not os.path.isdir(path):
         _check_regular(path)
         return [path], []
-    names = sorted(os.listdir(path))
+    names = schema.in_segment_order(os.listdir(path))
     ours = [n for n in names if schema.parse_segment_name(n) or schema.LOCK_RE.match(n)]
     for n in ours:
         _check_regular(os.path.join(path, n))

@@ -1,0 +1,42 @@
+"""slice.h5 is one file holding every tensor it lists, whatever lanes the writer would use by default."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+import inkling_probe
+from inkling_probe.bundle.slice import write_slice
+from inkling_probe.store import writer as writer_module
+
+from dumps import write
+
+KEYS = [f"layers.{i}.mlp" for i in range(5)]
+
+
+def _dump(path, seed: int) -> str:
+    g = torch.Generator().manual_seed(seed)
+    # 5 x 3 MiB float32: a slice of four of them from two dumps holds 24 MiB, past the 8 MiB at
+    # which a writer with two lanes opens a second file.
+    return write(path, [[(k, torch.randn(768, 1024, generator=g)) for k in KEYS]])
+
+
+def test_a_slice_past_the_lane_threshold_is_one_file_holding_every_tensor(tmp_path, monkeypatch):
+    monkeypatch.setattr(writer_module, "default_lanes", lambda workers: 2)  # as on a machine of 4+ cores
+    ref, cand = _dump(tmp_path / "ref", 0), _dump(tmp_path / "cand", 1)
+    dumps = {"ref": inkling_probe.open(ref), "cand": inkling_probe.open(cand)}
+    try:
+        step = dumps["ref"].rows(KEYS[0])[0]["step"]
+        doc = {"culprits": [{"key": KEYS[3], "step": step}], "rows": [{"key": k, "step": step} for k in KEYS]}
+        out = tmp_path / "bundle"
+        out.mkdir()
+        result = write_slice(doc, dumps, str(out / "slice.h5"))
+        assert sorted(p.name for p in out.iterdir()) == ["slice.h5"]
+        assert result.left_out == [] and len(result.keys) == 8 and result.nbytes == 8 * 768 * 1024 * 4
+        with inkling_probe.open(str(out / "slice.h5")) as s:
+            assert sorted(s.keys()) == sorted(result.keys)
+            for name in result.keys:
+                side, key = name.split("/", 1)
+                np.testing.assert_array_equal(s.array(name, step), dumps[side].array(key, step))
+    finally:
+        for d in dumps.values():
+            d.close()
