@@ -13,6 +13,7 @@ import os
 import uuid
 from dataclasses import dataclass, field
 
+from inkling_probe.errors import DumpError
 from inkling_probe.store import schema
 from inkling_probe.store.writer import SegmentWriter
 from inkling_probe.views.doc import culprits, rows
@@ -84,7 +85,7 @@ def write_slice(doc: dict, dumps: dict, path: str, window: int = 2, max_tensor_m
         writer.close(complete_through_step=last_step)
         produced = [n for n in os.listdir(tmp_dir) if schema.SEGMENT_RE.match(n)]
         if len(produced) > 1:
-            raise RuntimeError(f"slice.h5: the writer produced {len(produced)} segment files where one was "
+            raise DumpError(f"{path}: the writer produced {len(produced)} segment files where one was "
                                f"expected ({', '.join(sorted(produced))}); no slice written")
         if produced:
             os.replace(os.path.join(tmp_dir, produced[0]), path)

@@ -40,3 +40,28 @@ def test_a_slice_past_the_lane_threshold_is_one_file_holding_every_tensor(tmp_pa
     finally:
         for d in dumps.values():
             d.close()
+
+
+def test_a_writer_that_splits_the_slice_is_refused_in_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    import pytest
+
+    from inkling_probe.bundle import slice as slice_module
+    from inkling_probe.errors import DumpError
+
+    class TwoLanes(writer_module.SegmentWriter):  # what slice.py's writer did on 4+ cores before
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **{**kw, "lanes": 2, "workers": 2})
+    monkeypatch.setattr(slice_module, "SegmentWriter", TwoLanes)
+    ref, cand = _dump(tmp_path / "ref", 0), _dump(tmp_path / "cand", 1)
+    dumps = {"ref": inkling_probe.open(ref), "cand": inkling_probe.open(cand)}
+    try:
+        step = dumps["ref"].rows(KEYS[0])[0]["step"]
+        doc = {"culprits": [{"key": KEYS[3], "step": step}], "rows": [{"key": k, "step": step} for k in KEYS]}
+        out = tmp_path / "bundle"
+        out.mkdir()
+        with pytest.raises(DumpError, match="2 segment files where one was expected"):
+            write_slice(doc, dumps, str(out / "slice.h5"))
+        assert list(out.iterdir()) == []  # no slice.h5, no .slice-tmp left behind
+    finally:
+        for d in dumps.values():
+            d.close()
