@@ -533,22 +533,27 @@ def cuda_main(repeats: int, steps: int, disk: float, lanes: tuple = ()) -> None:
                 {label: (statistics.median(t[label]) / steps * 1e3, per_forward[label]) for label in recs}, tail_mb)
     with torch.no_grad():
         loaded = plain_beside_load(plain, mb / plain_ms * 1e3, repeats)
+        cold = plain_beside_load(plain, mb / plain_ms * 1e3, repeats, source_mb=_COLD_SOURCE_MB)
     print(f"  the host's share: plain with another process hashing and writing {mb:.0f} MB a plain forward "
-          f"beside it (the writer's host work, nothing shared with the model): {loaded}")
+          f"beside it (the writer's host work, nothing shared with the model): {loaded}; "
+          f"reading from {_COLD_SOURCE_MB} MB of memory in turn (out of the caches, as the writer reads "
+          f"a ring the GPU has just filled) {cold}")
 
 
-def plain_beside_load(plain, rate_mb_s: float, repeats: int) -> str:
+def plain_beside_load(plain, rate_mb_s: float, repeats: int, source_mb: int = 4) -> str:
     """Plain forwards alone and with a separate process hashing (XXH3) and writing to the temp dir
     ``rate_mb_s`` MB a second (a forward's bytes per plain forward: more than the writer's rate,
     which a slower recorded forward paces), 4 MB at a time, into a new 52 MB file every 52 MB: the
     writer process's host work, sharing nothing with the model. How much of the writer's cost is the
-    host's (caches, memory bandwidth, clocks) rather than the recording process's. Interleaved."""
+    host's (caches, memory bandwidth, clocks) rather than the recording process's. Interleaved.
+    ``source_mb``: the chunks come from that much memory in turn (4: one chunk, which stays in the
+    caches; hundreds: each chunk read from memory, as the writer reads its ring)."""
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
     go, stop, idle = ctx.Event(), ctx.Event(), ctx.Event()
     folder = tempfile.mkdtemp(prefix="bench-load-")
-    loader = ctx.Process(target=host_load, args=(go, stop, idle, rate_mb_s, folder), daemon=True)
+    loader = ctx.Process(target=host_load, args=(go, stop, idle, rate_mb_s, folder, source_mb), daemon=True)
     loader.start()
 
     def loaded():
@@ -570,14 +575,16 @@ def plain_beside_load(plain, rate_mb_s: float, repeats: int) -> str:
 
 
 _LOAD_FILE_BYTES = 13 * (4 << 20)  # 52 MB: about a GPU forward's 54
+_COLD_SOURCE_MB = 512  # past any last-level cache of these hosts
 
 
-def host_load(go, stop, idle, rate_mb_s: float, folder: str) -> None:
+def host_load(go, stop, idle, rate_mb_s: float, folder: str, source_mb: int = 4) -> None:
     """(The loader process of :func:`plain_beside_load`: works while ``go`` is set, then sets ``idle``.)"""
     import numpy as np
     import xxhash
 
-    chunk = np.random.default_rng(0).integers(0, 255, 4 << 20, dtype=np.uint8)
+    source = np.random.default_rng(0).integers(0, 255, max(source_mb, 4) << 20, dtype=np.uint8)
+    chunks = [source[i:i + (4 << 20)] for i in range(0, source.nbytes, 4 << 20)]
     files, written = [], 0
     idle.set()
     while not stop.is_set():
@@ -591,6 +598,7 @@ def host_load(go, stop, idle, rate_mb_s: float, folder: str) -> None:
                 if len(files) > 3:
                     os.close(files[-4])
                     os.unlink(os.path.join(folder, f"seg{len(files) - 4}"))
+            chunk = chunks[(written >> 22) % len(chunks)]
             xxhash.xxh3_64(chunk).intdigest()
             os.pwrite(files[-1], chunk, written % _LOAD_FILE_BYTES)
             written += chunk.nbytes
