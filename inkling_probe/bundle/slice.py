@@ -86,7 +86,7 @@ def write_slice(doc: dict, dumps: dict, path: str, window: int = 2, max_tensor_m
         produced = [n for n in os.listdir(tmp_dir) if schema.SEGMENT_RE.match(n)]
         if len(produced) > 1:
             raise DumpError(f"{path}: the writer produced {len(produced)} segment files where one was "
-                               f"expected ({', '.join(sorted(produced))}); no slice written")
+                            f"expected ({', '.join(sorted(produced))}); no slice written")
         if produced:
             os.replace(os.path.join(tmp_dir, produced[0]), path)
     finally:

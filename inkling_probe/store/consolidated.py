@@ -69,7 +69,8 @@ def write_rank(folder: str, rank: int, run_id: str | None = None) -> str | None:
 def _write_rank(folder: str, rank: int, run_id: str) -> str | None:
     from inkling_probe.store.headers import read_header_and_index
 
-    names = [(n, schema.parse_segment_name(n)) for n in schema.in_segment_order(os.listdir(folder)) if schema.SEGMENT_RE.match(n)]
+    names = [(n, schema.parse_segment_name(n)) for n in schema.in_segment_order(os.listdir(folder))
+             if schema.SEGMENT_RE.match(n)]
     if run_id is None:
         runs = {p[2] for _, p in names if p[0] == rank}
         if len(runs) != 1:
