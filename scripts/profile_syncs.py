@@ -50,12 +50,13 @@ def summarise(trace: dict, forwards: int) -> dict:
             s = streams[(e.get("args") or {}).get("stream", "?")]
             s[0] += 1
             s[1] += e.get("dur", 0.0)
+
+    def per_call(name: str) -> list:  # [calls a forward, mean us a call]
+        n, us = calls[name]
+        return [n / forwards, us / max(n, 1)]
     waits = [sum(calls[n][0] for n in WAITS), sum(calls[n][1] for n in WAITS) / 1e3]
     return {"waits": [waits[0] / forwards, waits[1] / forwards],
-            "launch": [calls["cudaLaunchKernel"][0] / forwards,
-                       calls["cudaLaunchKernel"][1] / max(calls["cudaLaunchKernel"][0], 1)],
-            "memcpy": [calls["cudaMemcpyAsync"][0] / forwards,
-                       calls["cudaMemcpyAsync"][1] / max(calls["cudaMemcpyAsync"][0], 1)],
+            "launch": per_call("cudaLaunchKernel"), "memcpy": per_call("cudaMemcpyAsync"),
             "streams": {s: [n / forwards, us / 1e3 / forwards] for s, (n, us) in sorted(streams.items(), key=str)}}
 
 
@@ -69,11 +70,11 @@ def profiled(run, forwards: int) -> tuple[float, dict]:
         run(forwards)
         torch.cuda.synchronize()
         wall = (time.perf_counter() - t0) / forwards * 1e3
-    path = tempfile.mktemp(suffix=".json")
-    prof.export_chrome_trace(path)
-    with open(path) as f:
-        trace = json.load(f)
-    os.remove(path)
+    with tempfile.TemporaryDirectory(prefix="profile-syncs-trace-") as folder:
+        path = os.path.join(folder, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            trace = json.load(f)
     return wall, summarise(trace, forwards)
 
 
@@ -88,40 +89,35 @@ def main() -> None:
 
     import inkling_probe
     from bench_record import cuda_small_model
+    from profile_record_cuda import start_variants
 
     warnings.filterwarnings("ignore", message="Warning: Profiler clears events")  # one profile a context
 
     model, ids = cuda_small_model()
     root = tempfile.mkdtemp(prefix="profile-syncs-")
-    recs = {}
-    for label, options in {"durability=writer": dict(durability="writer"), "default durability": {}}.items():
-        ctx = inkling_probe.recording(os.path.join(root, label.split("=")[-1].replace(" ", "_")),
-                                      writer="process", **options)
-        recs[label] = (ctx, ctx.__enter__())
-        inkling_probe.sink._RECORDER = None
+    recs, contexts = {"plain": None}, []
 
-    def variant(rec):
-        def run(forwards):
-            inkling_probe.sink._RECORDER = rec
-            try:
-                for _ in range(forwards):
-                    model(ids)
-                if rec is not None:
-                    inkling_probe.step()
-                    if hasattr(rec._writer, "wait_for_ends"):
-                        rec._writer.wait_for_ends()
-            finally:
-                inkling_probe.sink._RECORDER = None
-        return run
-    runs = {"plain": variant(None), **{label: variant(rec) for label, (_, rec) in recs.items()}}
+    def forwards_with(label: str, forwards: int) -> None:
+        rec = recs[label]
+        inkling_probe.sink._RECORDER = rec
+        try:
+            for _ in range(forwards):
+                model(ids)
+            if rec is not None:
+                inkling_probe.step()
+                if hasattr(rec._writer, "wait_for_ends"):
+                    rec._writer.wait_for_ends()
+        finally:
+            inkling_probe.sink._RECORDER = None
     results = collections.defaultdict(list)
     with torch.no_grad():
-        for run in runs.values():
-            run(3)  # warm-up
+        forwards_with("plain", 3)  # warm-up; start_variants runs each recording twice
+        start_variants({"durability=writer": ("writer", None), "default durability": ("disk", None)}, root,
+                       lambda label: forwards_with(label, 3), recs, contexts)
         for _ in range(args.rounds):
-            for label, run in runs.items():
-                results[label].append(profiled(run, args.forwards))
-    for ctx, rec in recs.values():
+            for label in recs:
+                results[label].append(profiled(lambda n: forwards_with(label, n), args.forwards))
+    for ctx, rec in contexts:
         inkling_probe.sink._RECORDER = rec
         ctx.__exit__(None, None, None)
     shutil.rmtree(root, ignore_errors=True)
@@ -129,12 +125,10 @@ def main() -> None:
           f"a profile, {args.rounds} profiles a variant (per forward; rounds separated by |)")
     for label, rounds in results.items():
         print(f"{label}: wall under the profiler " + " | ".join(f"{w:.1f} ms" for w, _ in rounds))
-        for name, key in (("host waits for the GPU", "waits"),):
-            print(f"  {name}: " + " | ".join(f"{s[key][0]:.0f} calls, {s[key][1]:.2f} ms" for _, s in rounds))
-        print("  cudaLaunchKernel: " + " | ".join(f"{s['launch'][0]:.0f} calls, {s['launch'][1]:.1f} us each"
-                                                  for _, s in rounds))
-        print("  cudaMemcpyAsync: " + " | ".join(f"{s['memcpy'][0]:.0f} calls, {s['memcpy'][1]:.1f} us each"
-                                                 for _, s in rounds))
+        print("  host waits for the GPU: " + " | ".join(f"{s['waits'][0]:.0f} calls, {s['waits'][1]:.2f} ms"
+                                                        for _, s in rounds))
+        for name, key in (("cudaLaunchKernel", "launch"), ("cudaMemcpyAsync", "memcpy")):
+            print(f"  {name}: " + " | ".join(f"{s[key][0]:.0f} calls, {s[key][1]:.1f} us each" for _, s in rounds))
         streams = sorted({k for _, s in rounds for k in s["streams"]}, key=str)
         for stream in streams:
             cells = [s["streams"].get(stream, [0, 0.0]) for _, s in rounds]
