@@ -37,6 +37,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from inkling_probe.compare import coverage, floor
+from inkling_probe.compare.align import layer_of
+from inkling_probe.compare.judge import Judge
+from inkling_probe.compare.measure import Measured, abs_tolerance, judged_metrics, load, row_errors_and_scale
+from inkling_probe.compare.report import Row
+from inkling_probe.compare.routing import token_major
+from inkling_probe.compare.values import Values, is_integer
+from inkling_probe.compare.walk_state import WalkState
+from inkling_probe.errors import ProbeError
+
 
 def _loop(order: str):
     def slots(ids: np.ndarray) -> list:
@@ -192,19 +202,21 @@ def _by_content(ra_all: np.ndarray, row, groups):
     return np.stack(ras), np.stack(cas), toks
 
 
-class ExpertCalls:
-    """The walker's steps for per-expert calls (mixed into :class:`~inkling_probe.compare.walker.Walker`):
-    needs ``dumps``, ``ents``, ``cand``/``ctl`` sides, ``metric``, ``k``, ``user``, ``_default``,
-    ``_rows_judged``, ``_status``."""
+class ExpertRows:
+    """The walk's part for per-expert calls: a dispatch-order key's rows paired by slot and judged."""
+
+    def __init__(self, state: WalkState, judge: Judge):
+        self.s, self.judge = state, judge
+        self._calls_cache: dict = {}  # label -> {(key, step): [Entry per call]}
+        self._plan_memo: dict = {}  # label -> ((key, step, aside), memo): the last key only
 
     def _calls(self, label: str, key: str, step: int) -> list:
-        cache = self.__dict__.setdefault("_calls_cache", {})
-        if label not in cache:
+        if label not in self._calls_cache:
             by: dict = {}
-            for (k, s, c), e in self.ents[label].items():
+            for (k, s, c), e in self.s.ents[label].items():
                 by.setdefault((k, s), {})[c] = e
-            cache[label] = {ks: [d[c] for c in sorted(d)] for ks, d in by.items()}
-        return cache[label].get((key, step), [])
+            self._calls_cache[label] = {ks: [d[c] for c in sorted(d)] for ks, d in by.items()}
+        return self._calls_cache[label].get((key, step), [])
 
     def _layer_ids(self, side, step: int, layer):
         ids = side.ids.get((step, layer))
@@ -213,11 +225,8 @@ class ExpertCalls:
         e = side.same_ids.get((step, layer))
         if e is None:
             return None
-        from inkling_probe.compare.measure import load
-        from inkling_probe.compare.routing import _token_major
-        from inkling_probe.errors import ProbeError
         try:
-            a = _token_major(load(self.dumps["reference"], e), e)
+            a = token_major(load(self.s.dumps["reference"], e), e)
         except (ProbeError, ValueError):
             return None
         if a is None:
@@ -225,11 +234,9 @@ class ExpertCalls:
         side.ids[(step, layer)] = (a, a)  # equal on both sides: realigning by them is a no-op
         return side.ids[(step, layer)]
 
-    def _expert_plan(self, p, side, label: str) -> Plan | None:
+    def plan(self, p, side, label: str) -> Plan | None:
         """The pairing of ``p``'s reference call with ``label``'s rows (None: not per-expert calls)."""
-        from inkling_probe.compare.align import layer_of
-        from inkling_probe.compare.values import is_integer
-        if is_integer(p.ref.dtype) or len(p.ref.global_shape()) < 2 or self.is_decision(p.key, p.ref):
+        if is_integer(p.ref.dtype) or len(p.ref.global_shape()) < 2 or self.s.is_decision(p.key, p.ref):
             return None
         layer = layer_of(p.key)
         ids = self._layer_ids(side, p.step, layer)
@@ -241,31 +248,27 @@ class ExpertCalls:
         rows = lambda es: [e.global_shape()[0] if e.global_shape() else None for e in es]
         n = ids[0].shape[0]
         aside = set(side.reach.aside(p.step, layer, n))
-        memos = self.__dict__.setdefault("_plan_memo", {})  # label -> (key, step, aside), memo: the last key only
         mk = (p.key, p.step, tuple(sorted(aside)))
-        if label not in memos or memos[label][0] != mk:
-            memos[label] = (mk, {})
-        memo = memos[label][1]
+        if label not in self._plan_memo or self._plan_memo[label][0] != mk:
+            self._plan_memo[label] = (mk, {})
+        memo = self._plan_memo[label][1]
         return plan(ids[0], ids[1], rows(ref_calls), rows(other_calls), p.call, aside, memo)
 
-    def _expert_measure(self, p, pl: Plan, label: str, rtol: float):
+    def measure(self, p, pl: Plan, label: str, rtol: float):
         """Measured over the rows whose slots both sides hold, paired by slot under the fitting
         layouts that pair them closest; (Measured, an other-side entry) or (None, None) when no row
         pairs."""
-        from inkling_probe.compare.measure import Measured, abs_tolerance, judged_metrics, load, row_errors_and_scale
-        from inkling_probe.compare.values import Values
-        from inkling_probe.errors import ProbeError
         if not pl.pairings or pl.recorded == pl.aside:
             return None, None
         calls = self._calls(label, p.key, p.step)
         arrays: dict = {}
         try:
-            r = load(self.dumps["reference"], p.ref)
+            r = load(self.s.dumps["reference"], p.ref)
             for _, kind, other, _ in pl.pairings:
                 cs = [g[2] for g in other] if isinstance(kind, str) else [other]
                 for c in {int(x) for o in cs for x in o[:, 0]}:
                     if c not in arrays:
-                        arrays[c] = load(self.dumps[label], calls[c])
+                        arrays[c] = load(self.s.dumps[label], calls[c])
         except ProbeError as e:
             return Measured("unreadable", note=str(e).splitlines()[0]), calls[0]
         ra_all = np.asarray(r.array)
@@ -302,25 +305,23 @@ class ExpertCalls:
             out.status = "exact"
         atol = abs_tolerance(p.ref, rtol)
         out.metrics = judged_metrics(rv, cv, 0, None, atol, rtol)
-        out.error = out.metrics.error(self.metric)
+        out.error = out.metrics.error(self.judge.metric)
         if out.metrics.nonfinite_mismatch == 0:
             out.row_errors, out.row_scale = row_errors_and_scale(rv, cv, 0)
         return out, calls[first]
 
-    def _expert_row(self, p, pl: Plan, precision, depth, layer):
+    def row(self, p, pl: Plan, precision, depth, layer) -> Row:
         """One call of a dispatch-order key, judged over the slots both sides hold (by slot)."""
-        from inkling_probe.compare import coverage, floor
-        from inkling_probe.compare.report import Row, join_notes
-        m, other = self._expert_measure(p, pl, "candidate", floor.base_threshold(precision))
+        m, other = self.measure(p, pl, "candidate", floor.base_threshold(precision))
         cand_key = other.key if other is not None else ""
         row = Row(p.key, p.step, p.call, p.ref.key, cand_key, p.ref.global_shape(), p.ref.dtype,
                   other.dtype if other is not None else p.ref.dtype, layer=layer, depth=depth)
         share = (pl.key_aside, pl.key_recorded)
         if m is not None and m.status == "unfit":
             coverage.cover(row, pl.recorded, None, whole="not comparable")
-            return self._skip(row, m.note + ": not compared by index")
+            return self.s.skip(row, m.note + ": not compared by index")
         if m is not None and m.status in ("unreadable", "shape"):
-            self._status(row, m)
+            self.judge.status(row, m)
             coverage.cover(row, pl.recorded, None, whole="unreadable" if m.status == "unreadable" else "")
             return row
         if m is None or not m.token_rows:
@@ -330,40 +331,29 @@ class ExpertCalls:
             coverage.cover(row, pl.recorded, pl.recorded, pl.recorded, share=share)
             return row
         ctl = None
-        if "control" in self.ents:
-            cp = self._expert_plan(p, self.ctl, "control")
+        if "control" in self.s.ents:
+            cp = self.plan(p, self.s.ctl, "control")
             if cp is not None:
-                ctl, _ = self._expert_measure(p, cp, "control", floor.base_threshold(precision))
+                ctl, _ = self.measure(p, cp, "control", floor.base_threshold(precision))
                 ctl = ctl if ctl is not None and ctl.status in ("ok", "exact") else None
-        row.metrics, row.error, row.note = m.metrics, m.error, m.note
-        row.floor = ctl.error if ctl is not None and ctl.status in ("ok", "exact") and ctl.token_rows else None
-        default = self._default(precision, depth)
-        minimum = floor.min_allowance(depth, self.metric, [row.ref_dtype, row.cand_dtype, precision])
-        row.threshold = floor.threshold(row.floor, default, self.user, self.k, minimum)
-        self._status(row, m)
-        reach = None
-        if m.row_errors is not None and len(m.row_errors):
-            n = self._layer_ids(self.cand, p.step, layer)[0].shape[0]
-            width = int(np.prod(p.ref.global_shape()[1:]))
-            scale = float(p.ref.first.get("rms") or 0.0) * float(np.sqrt(max(width, 1)))
-            per_token = self.cand.reach.allowance(p.key, p.call, p.step, layer, n, width, scale)
-            if per_token is not None:
-                pick = lambda a: np.asarray([float(a[t].max()) if len(t) else 0.0 for t in m.tokens])
-                reach = pick(per_token)
-                if reach.any():
-                    row.reach = float(reach.max())
-                    if self.metric == "rel_rms":
-                        own = pick(self.cand.reach.own)
-                        row.threshold = float(np.hypot(row.threshold, np.sqrt(np.mean(own ** 2))))
-                        self._status(row, m)
-                else:
-                    reach = None
-        if pl.aside:
-            row.note = join_notes(row.note, f"{pl.aside} of {pl.recorded} row(s) set aside (tokens routed "
-                                            "differently, or a changed decision's own)")
-        if m.row_errors is not None and row.status in ("ok", "diverged") and len(m.row_errors) \
-                and int(np.prod(p.ref.global_shape()[1:])) >= 16:
-            self._rows_judged(row, m, ctl if ctl is not None and ctl.row_errors is not None
-                              and ctl.row_errors.shape == m.row_errors.shape else None, reach)
+        width = int(np.prod(p.ref.global_shape()[1:]))
+        reach, own = self._reach(p, m, layer, width)
+        aside = (f"{pl.aside} of {pl.recorded} row(s) set aside (tokens routed differently, or a changed "
+                 "decision's own)") if pl.aside else ""
+        self.judge.value(row, m, ctl, precision=precision, integer=False, width=width, reach=reach, own=own,
+                         aside_note=aside, say_reach=False)
         coverage.cover(row, pl.recorded, pl.recorded, pl.aside, share=share)
         return row
+
+    def _reach(self, p, m: Measured, layer, width: int):
+        """(reach, own) per judged row (each row's tokens' largest), or (None, None) where none reaches."""
+        if m.row_errors is None or not len(m.row_errors):
+            return None, None
+        n = self._layer_ids(self.s.cand, p.step, layer)[0].shape[0]
+        scale = float(p.ref.first.get("rms") or 0.0) * float(np.sqrt(max(width, 1)))
+        per_token = self.s.cand.reach.allowance(p.key, p.call, p.step, layer, n, width, scale)
+        if per_token is None:
+            return None, None
+        pick = lambda a: np.asarray([float(a[t].max()) if len(t) else 0.0 for t in m.tokens])
+        reach = pick(per_token)
+        return (reach, pick(self.s.cand.reach.own)) if reach.any() else (None, None)

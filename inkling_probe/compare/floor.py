@@ -131,18 +131,25 @@ def rounding_allowance(dtypes) -> float:
 
 
 def threshold(floor: float | None, default: float, user: float | None, k: float = K_DEFAULT,
-              minimum: float = 0.0) -> float:
-    """The allowance of one key.
+              minimum: float = 0.0, *, decision: bool = False) -> float:
+    """The allowance of one key: the one threshold rule every row kind uses (compare/judge.py).
 
     - ``user`` given: it replaces every default (``max(user, K * floor)`` with a control);
     - a control floor: ``max(K * floor, minimum)``;
     - a control that is bit-identical to the reference at the key (floor 0) measures no noise at
       all, so it says nothing of the candidate's other benign factors: the dtype ``default``;
     - no control: the dtype ``default``.
+
+    ``decision``: the key is a decision (its error a changed-token fraction). Decisions are discrete:
+    a control that changed none measured that none is expected (floor 0 is evidence: allowance 0),
+    and a user threshold is in the metric's units, not a fraction: with a control's fraction it
+    does not apply.
     """
-    has_floor = floor is not None and math.isfinite(floor) and floor > 0
+    measured = floor is not None and math.isfinite(floor) and (floor > 0 or (decision and floor == 0))
+    if decision and measured:
+        user = None
     if user is not None:
-        return max(user, k * floor) if has_floor else user
-    if has_floor:
+        return max(user, k * floor) if measured else user
+    if measured:
         return max(k * floor, minimum)
     return default

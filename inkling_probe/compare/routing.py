@@ -1,4 +1,4 @@
-"""The routing-decision steps of the walk (mixed into :class:`~inkling_probe.compare.walker.Walker`):
+"""The routing-decision part of the walk (an object the walker holds, compare/walker.py):
 classify a decision's changed tokens against its router scores and the control's, reuse a decision
 passed on (router output -> experts input), and compare per-token weights in their ids' order.
 decisions.py holds the rules; docs/COMPARE.md section 4 the reasons.
@@ -11,18 +11,23 @@ from inkling_probe.compare import decisions as dec
 from inkling_probe.compare.align import Entry, Pair, layer_of
 from inkling_probe.compare.conform import token_dim_of
 from inkling_probe.compare.measure import Measured, load, measure
-from inkling_probe.compare.report import Row, join_notes, score_of
+from inkling_probe.compare.judge import Judge
+from inkling_probe.compare.report import Row, join_notes
+from inkling_probe.compare.walk_state import WalkState
 from inkling_probe.compare.values import as_float64, is_integer
 from inkling_probe.errors import ProbeError
 
 UNCLASSIFIED_MAX = 0.25  # without router scores or a control: the changed-token fraction allowed
 
 
-class RoutingSteps:
-    """Needs the walker's ``dumps``, ``ents``, ``cand``/``ctl`` sides, ``k``, ``user``, ``batch_rows``,
-    ``is_decision``, ``_ctl_entry``, ``_status``."""
+class Routing:
+    """Decision rows and what they leave in the walk's state (changed tokens, ids per layer)."""
 
-    def _realigner(self, p: Pair, side):
+    def __init__(self, state: WalkState, judge: Judge):
+        self.s, self.judge = state, judge
+        self._beside = None  # (step, call, layer, shape) -> decisions recorded there (built on first use)
+
+    def realigner(self, p: Pair, side):
         """Per-token weights ``[T, k]`` beside a decision are compared in the order of their ids:
         experts returned in another order (``topk(sorted=False)``) are the same routing."""
         if is_integer(p.ref.dtype) or len(p.ref.global_shape()) != 2:
@@ -46,45 +51,39 @@ class RoutingSteps:
             return type(r)(r2, "float64"), type(c)(c2, "float64"), "compared in routing-id order"
         return realign
 
-    def _decision_row(self, row: Row, p: Pair) -> None:
-        got = self._classify(p, "candidate", self.cand)
+    def decision_row(self, row: Row, p: Pair) -> None:
+        """Judge a decision key: the fraction of its tokens whose decision changed (clear margins
+        where router scores tell, else every change), against the control's fraction (judge.py)."""
+        got = self._classify(p, "candidate", self.s.cand)
         if isinstance(got, Measured):  # unreadable or shape
-            self._status(row, got)
+            self.judge.status(row, got)
             return
         d, scored = got
         ctl = None
-        ce = self._ctl_entry(p)
+        ce = self.s.ctl_entry(p)
         if ce is not None:
-            self.ctl.advance(p.key, p.step, [p.ref.dtype, ce.dtype])
-            c = self._classify(p, "control", self.ctl)
+            self.s.ctl.advance(p.key, p.step, [p.ref.dtype, ce.dtype])
+            c = self._classify(p, "control", self.s.ctl)
             ctl = c[0] if not isinstance(c, Measured) else None
         counted = d.clear if scored else d.unclassified
-        t = self.cand.tally.setdefault((p.key, p.call), [0, 0])
+        t = self.s.cand.tally.setdefault((p.key, p.call), [0, 0])
         t[0] += len(counted)
         t[1] += d.token_rows
-        row.error = t[0] / t[1] if t[1] else 0.0
         ctl_frac = None
         if ctl is not None:
             ctl_counted = ctl.clear if scored else ctl.unclassified
             ctl_frac = len(ctl_counted) / ctl.token_rows if ctl.token_rows else 0.0
-        row.floor = ctl_frac
-        if ctl_frac is not None:
-            row.threshold = self.k * ctl_frac
-        else:
-            row.threshold = 0.0 if scored else UNCLASSIFIED_MAX
-        if self.user is not None and ctl_frac is None:
-            row.threshold = self.user
-        row.score = score_of(row.error, row.threshold) if row.error else 0.0
-        row.status = "diverged" if row.score > 1.0 else ("exact" if not d.changed else "ok")
+        self.judge.decision(row, t[0] / t[1] if t[1] else 0.0, ctl_frac, 0.0 if scored else UNCLASSIFIED_MAX,
+                            bool(d.changed))
         row.clear_flips = len(counted) if row.status == "diverged" else 0
         row.note = join_notes(row.note, d.note())
         if t[0] and t[1] != d.token_rows:
             row.note = join_notes(row.note, f"{t[0]} of {t[1]} token rows changed (steps so far)")
 
     def _classify(self, p: Pair, label: str, side):
-        other = p.cand if label == "candidate" else self._ctl_entry(p)
-        rows = (self.batch_rows[0], self.batch_rows[1] if label == "candidate" else None)
-        m = measure(self.dumps["reference"], p.ref, self.dumps[label], other, "mismatch", 0.0, lambda n: None,
+        other = p.cand if label == "candidate" else self.s.ctl_entry(p)
+        rows = (self.s.batch_rows[0], self.s.batch_rows[1] if label == "candidate" else None)
+        m = measure(self.s.dumps["reference"], p.ref, self.s.dumps[label], other, "mismatch", 0.0, lambda n: None,
                     rows, keep=True)
         if m.status in ("unreadable", "shape"):
             return m
@@ -117,17 +116,17 @@ class RoutingSteps:
         """The router scores the decision was made from: the key its meta names (``scores=``), else
         the nearest float key before it in the same layer and step with one row per token."""
         key = (p.ref.first.get("meta") or {}).get("scores")
-        ref_ents, other_ents = self.ents["reference"], self.ents[label]
+        ref_ents, other_ents = self.s.ents["reference"], self.s.ents[label]
         cands = [key] if key else [k for (k, s, c), e in sorted(ref_ents.items(), key=lambda kv: -kv[1].seq)
                                     if s == p.step and e.seq < p.ref.seq and layer_of(k) == layer_of(p.key)
-                                    and not self.is_decision(k, e) and not is_integer(e.dtype)]
+                                    and not self.s.is_decision(k, e) and not is_integer(e.dtype)]
         for k in cands[:4]:
             re_, oe = ref_ents.get((k, p.step, p.call)), other_ents.get((k, p.step, p.call))
             if re_ is None or oe is None:
                 continue
             try:
-                rs = _token_major(load(self.dumps["reference"], re_), re_)
-                os_ = _token_major(load(self.dumps[label], oe), oe)
+                rs = token_major(load(self.s.dumps["reference"], re_), re_)
+                os_ = token_major(load(self.s.dumps[label], oe), oe)
             except ProbeError:
                 continue
             if rs is not None and os_ is not None and rs.shape == os_.shape and rs.shape[0] == n_tokens:
@@ -137,25 +136,26 @@ class RoutingSteps:
     def _ids_beside(self, p: Pair, side):
         """(reference ids, other ids) of a decision of the same step, layer and shape recorded
         after this key (transformers' routers return their weights before their ids)."""
-        label = "candidate" if side is self.cand else "control"
+        label = "candidate" if side is self.s.cand else "control"
         shape = tuple(p.ref.global_shape())
-        if getattr(self, "_beside", None) is None:  # indexed once: no scan of every entry per key
+        if self._beside is None:  # indexed once: no scan of every entry per key
             self._beside = {}
-            for (k, s, c), e in self.ents["reference"].items():
+            for (k, s, c), e in self.s.ents["reference"].items():
                 self._beside.setdefault((s, c, layer_of(k), tuple(e.global_shape())), []).append((k, s, c, e))
         for k, s, c, e in self._beside.get((p.step, p.call, layer_of(p.key), shape), []):
-            other = self.ents[label].get((k, s, c))
-            if other is None or not self.is_decision(k, e, other):
+            other = self.s.ents[label].get((k, s, c))
+            if other is None or not self.s.is_decision(k, e, other):
                 continue
             try:
-                return (as_float64(load(self.dumps["reference"], e)).reshape(shape),
-                        as_float64(load(self.dumps[label], other)).reshape(shape))
+                return (as_float64(load(self.s.dumps["reference"], e)).reshape(shape),
+                        as_float64(load(self.s.dumps[label], other)).reshape(shape))
             except (ProbeError, ValueError):
                 return None
         return None
 
 
-def _token_major(v, e: Entry) -> np.ndarray | None:
+def token_major(v, e: Entry) -> np.ndarray | None:
+    """``[T, -1]`` float64 values of entry ``e`` with its token dim first, or None without one."""
     a = as_float64(v)
     td = token_dim_of(a.shape, e.first.get("token_dim", 0))
     if td is None:

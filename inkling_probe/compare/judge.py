@@ -1,0 +1,129 @@
+"""The one judge: how every row kind gets its allowance, its score and its status.
+
+Every row compare builds is judged here, whatever its kind:
+
+- **value rows** (a token-major tensor, a plain integer key, a decode step's key, one modality's
+  rows) and **expert slots** (per-expert calls paired through the routing decision,
+  compare/experts.py) go through :meth:`Judge.value`: the key's allowance from the control's floor
+  (:meth:`Judge.allowance`), widened by a changed decision's reach (compare/reach.py), the status,
+  then each token row against its own allowance (:meth:`Judge.rows`);
+- **decisions** (routing ids, compare/routing.py) are changed-token fractions:
+  :meth:`Judge.decision`, the same allowance with a control's zero as evidence (decisions are
+  discrete: a control that changed none says none is expected);
+- **control-only keys** (candidate vs control, e.g. quantization scales): :meth:`Judge.allowance`
+  without a floor, then :meth:`Judge.status`.
+
+The rule itself is :func:`inkling_probe.compare.floor.threshold` (its reasons are there); this module
+binds it to one comparison's metric, user threshold and K. Nothing else computes an allowance.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from inkling_probe.compare import floor
+from inkling_probe.compare.measure import Measured
+from inkling_probe.compare.report import Row, join_notes, score_of
+
+K_ROW = 3.0  # a token row diverges past K_ROW x its allowance (rows fluctuate more than tensors)
+MIN_ROW_VALUES = 16  # rows narrower than this are too noisy to judge alone (top-k weights, gammas)
+
+
+class Judge:
+    """One comparison's allowances: ``metric``, the ``user``'s threshold (or None), ``k`` x the floor."""
+
+    def __init__(self, metric: str, user: float | None, k: float):
+        self.metric, self.user, self.k = metric, user, k
+
+    # -- the allowance of one key ------------------------------------------------------------------
+    def allowance(self, floor_: float | None, default: float, minimum: float = 0.0, *,
+                  decision: bool = False) -> float:
+        """The one threshold rule (floor.threshold) with this comparison's user threshold and K."""
+        return floor.threshold(floor_, default, self.user, self.k, minimum, decision=decision)
+
+    def default(self, precision, depth: int, integer: bool = False) -> float:
+        """The no-control allowance: the dtype default (0 for integers and for max_abs)."""
+        if self.metric == "max_abs" or integer:
+            return 0.0
+        return floor.default_threshold(precision, depth, self.metric)
+
+    def minimum(self, depth: int, dtypes) -> float:
+        """The absolute minimum under a control (floor.min_allowance): ``dtypes`` the key's own and
+        the precision its inputs ran in."""
+        return floor.min_allowance(depth, self.metric, dtypes)
+
+    # -- the verdict of one row --------------------------------------------------------------------
+    def status(self, row: Row, m: Measured) -> None:
+        """Score and status from the row's error and threshold (or the measurement's own failure)."""
+        if m.status == "shape":
+            row.status, row.score, row.error = "shape", float("inf"), None
+            row.note = m.note
+            return
+        if m.status == "unreadable":
+            row.status, row.score = "unreadable", 0.0
+            row.note = m.note
+            return
+        row.score = score_of(row.error, row.threshold)
+        exact = m.status == "exact" or (m.metrics is not None and m.metrics.exact)
+        row.status = "diverged" if row.score > 1.0 else ("exact" if exact else "ok")
+
+    def value(self, row: Row, m: Measured, ctl: Measured | None, *, precision, integer: bool, width: int,
+              reach: np.ndarray | None = None, own: np.ndarray | None = None, aside_note: str = "",
+              say_reach: bool = True) -> None:
+        """The one row-judging sequence of value rows and expert slots.
+
+        ``ctl``: the control's measurement of the same rows (None: no control); ``width``: values per
+        token row; ``reach`` ``[n]`` the allowance a changed decision adds to each judged row and
+        ``own`` ``[n]`` its share spread over the tensor (compare/reach.py), None where none reaches;
+        ``aside_note``: what the caller set aside, said after the reach; ``say_reach``: the reach's note
+        (expert slots do not say it yet: kept as it was for this move, the next commit says it)."""
+        row.metrics, row.error, row.note = m.metrics, m.error, m.note
+        row.floor = ctl.error if ctl is not None and ctl.status in ("ok", "exact") else None
+        default = self.default(precision, row.depth, integer)
+        minimum = self.minimum(row.depth, [row.ref_dtype, row.cand_dtype, precision])  # inputs' rounding too
+        row.threshold = self.allowance(row.floor, default, minimum)
+        if reach is not None:
+            row.reach = float(reach.max())
+            row.carry_score = score_of(row.error, row.threshold)  # the score without the reach
+            if self.metric == "rel_rms" and own is not None:  # rel_rms^2 is the mean of the rows' e_i^2
+                row.threshold = float(np.hypot(row.threshold, np.sqrt(np.mean(own ** 2))))
+            if say_reach:
+                row.note = join_notes(row.note, f"rows from {int(np.flatnonzero(reach)[0])} allowed up to "
+                                                f"{row.reach:.3g} for a changed decision's reach")
+        row.note = join_notes(row.note, aside_note)
+        self.status(row, m)
+        if m.row_errors is not None and len(m.row_errors) and row.status in ("ok", "diverged") \
+                and width >= MIN_ROW_VALUES:
+            self.rows(row, m, ctl, reach)
+
+    def rows(self, row: Row, m: Measured, ctl: Measured | None, reach=None) -> None:
+        """Token rows judged on their own: a divergence confined to a few rows is not averaged away;
+        ``reach`` ``[n]`` widens the rows a changed decision can reach (reach.py)."""
+        e = m.row_errors  # [n]
+        has_ctl = ctl is not None and ctl.row_errors is not None and ctl.row_errors.shape == e.shape
+        dtypes = [row.ref_dtype, row.cand_dtype]
+        allow = floor.row_allowance(len(e), row.threshold, self.k, K_ROW,  # [n]
+                                    ctl.row_errors if has_ctl else None, (ctl.masked or ()) if has_ctl else (),
+                                    self.minimum(row.depth, dtypes),
+                                    floor.rounding_allowance(dtypes) if self.metric == "rel_rms" else 0.0,
+                                    m.row_scale)
+        if reach is not None and reach.shape == e.shape:
+            allow = np.hypot(allow, reach)
+        scores = np.where(allow > 0, e / np.where(allow > 0, allow, 1.0), np.where(e > 0, np.inf, 0.0))
+        row.token_errors = [float(x) for x in e[:4096]]
+        if scores.size:
+            row.row_score = float(scores.max())
+            row.bad_rows = np.flatnonzero(scores > 1.0).tolist()
+        if row.row_score > row.score:
+            row.score = row.row_score
+            if row.score > 1.0 and row.status != "exact":
+                row.status = "diverged"
+                row.note = join_notes(row.note, f"rows {row.bad_rows[:8]} over allowance")
+
+    def decision(self, row: Row, error: float, ctl_fraction: float | None, default: float, changed: bool) -> None:
+        """A decision's row: ``error`` the fraction of token rows it changed (steps so far),
+        ``ctl_fraction`` the control's (None: no control), ``default`` the fraction allowed without
+        one; ``changed``: whether any token changed at this step."""
+        row.error, row.floor = error, ctl_fraction
+        row.threshold = self.allowance(ctl_fraction, default, decision=True)
+        row.score = score_of(row.error, row.threshold) if row.error else 0.0
+        row.status = "diverged" if row.score > 1.0 else ("exact" if not changed else "ok")
