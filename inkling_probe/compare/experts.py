@@ -341,7 +341,7 @@ class ExpertRows:
         aside = (f"{pl.aside} of {pl.recorded} row(s) set aside (tokens routed differently, or a changed "
                  "decision's own)") if pl.aside else ""
         self.judge.value(row, m, ctl, precision=precision, integer=False, width=width, reach=reach, own=own,
-                         aside_note=aside, say_reach=False)
+                         aside_note=aside)
         coverage.cover(row, pl.recorded, pl.recorded, pl.aside, share=share)
         return row
 

@@ -67,15 +67,13 @@ class Judge:
         row.status = "diverged" if row.score > 1.0 else ("exact" if exact else "ok")
 
     def value(self, row: Row, m: Measured, ctl: Measured | None, *, precision, integer: bool, width: int,
-              reach: np.ndarray | None = None, own: np.ndarray | None = None, aside_note: str = "",
-              say_reach: bool = True) -> None:
+              reach: np.ndarray | None = None, own: np.ndarray | None = None, aside_note: str = "") -> None:
         """The one row-judging sequence of value rows and expert slots.
 
         ``ctl``: the control's measurement of the same rows (None: no control); ``width``: values per
         token row; ``reach`` ``[n]`` the allowance a changed decision adds to each judged row and
         ``own`` ``[n]`` its share spread over the tensor (compare/reach.py), None where none reaches;
-        ``aside_note``: what the caller set aside, said after the reach; ``say_reach``: the reach's note
-        (expert slots do not say it yet: kept as it was for this move, the next commit says it)."""
+        ``aside_note``: what the caller set aside, said after the reach."""
         row.metrics, row.error, row.note = m.metrics, m.error, m.note
         row.floor = ctl.error if ctl is not None and ctl.status in ("ok", "exact") else None
         default = self.default(precision, row.depth, integer)
@@ -86,9 +84,8 @@ class Judge:
             row.carry_score = score_of(row.error, row.threshold)  # the score without the reach
             if self.metric == "rel_rms" and own is not None:  # rel_rms^2 is the mean of the rows' e_i^2
                 row.threshold = float(np.hypot(row.threshold, np.sqrt(np.mean(own ** 2))))
-            if say_reach:
-                row.note = join_notes(row.note, f"rows from {int(np.flatnonzero(reach)[0])} allowed up to "
-                                                f"{row.reach:.3g} for a changed decision's reach")
+            row.note = join_notes(row.note, f"rows from {int(np.flatnonzero(reach)[0])} allowed up to "
+                                            f"{row.reach:.3g} for a changed decision's reach")
         row.note = join_notes(row.note, aside_note)
         self.status(row, m)
         if m.row_errors is not None and len(m.row_errors) and row.status in ("ok", "diverged") \
