@@ -70,8 +70,9 @@ class _Capture:
         """(token_dim, meta) of one tensor: the recorded honest token dim of ``token_dim="auto"``.
 
         ``[B, T, ...]`` -> dim 1 (batch dim 0); ``[B, heads, T, ...]`` -> dim 2; ``[B*T, ...]``
-        (tokens flattened, as MoE internals are) -> dim 0 with ``batch`` = B; anything else has no
-        token dim (never sliced, compared as a whole)."""
+        (tokens flattened, as MoE internals are) -> dim 0 with ``batch`` = B; ``[X, B*T, ...]`` (X
+        experts' work stacked, as transformers' shared experts run) -> dim 1 with ``batch`` = B;
+        anything else has no token dim (never sliced, compared as a whole)."""
         if self.token_dim != "auto":
             return self.token_dim, {}
         if self.batch_tokens is None or t.dim() == 0:
@@ -86,6 +87,8 @@ class _Capture:
             return 2, {"batch_dim": 0}
         if s[0] == b * n:
             return 0, ({"batch": b} if b > 1 else {})
+        if len(s) >= 3 and s[1] == b * n:  # [X, B*T, ...]: stacked per-expert work (shared experts run as one)
+            return 1, ({"batch": b} if b > 1 else {})
         return None, {}
 
     def wanted(self, path: str) -> bool:

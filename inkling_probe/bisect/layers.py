@@ -10,6 +10,11 @@
    them: each key is judged as the full compare of the same runs judges it. ``ceil(log2(L + 1))``
    tests find the first diverged layer among L, or none: with the stats run at most
    ``ceil(log2 L) + 2`` runs per side.
+3. A test compare could not check (inconclusive: no divergence, rows left unchecked) is neither: the
+   search sets its layer aside and tests the untested layer nearest the middle instead (``git bisect
+   skip``). The answer names a layer only when no such layer lies between the last passing layer and
+   the first failing one; "no divergence" only when no test was inconclusive (compare, judging the
+   same keys in one run, would not pass them either). Otherwise it lists the inconclusive tests.
 It assumes an error, once born, stays visible downstream (the residual stream carries it).
 """
 from __future__ import annotations
@@ -18,7 +23,9 @@ import math
 import re
 
 from inkling_probe.bisect import carry
-from inkling_probe.bisect.oracle import OracleError, compare_dumps, dump_problem, verdict
+from inkling_probe.bisect.oracle import (INCONCLUSIVE_EXIT, OracleError, compare_dumps, could_not_check,
+                                         dump_problem, outcome, verdict)
+from inkling_probe.bisect.trial import FOLDER
 from inkling_probe.errors import ProbeError
 
 _LAYER = re.compile(r"^layers\.(\d+)\.")
@@ -56,29 +63,45 @@ class LayerSearch:
         self.rows = {side: self._index_rows(rec) for side, rec in stats.items()}
         onset = self._nonfinite_onset(stats, us)
         self.tested: dict[int, dict] = {}
-        hi = self._search(us, -1, len(us) if onset is None else onset)
-        if hi < len(us) and hi not in self.tested and self._test_at(us, hi)["passed"]:
-            hi = self._search(us, hi, len(us))  # the non-finite bound compared within tolerance
-        return self._answer(us, hi, self.tested.get(hi), onset)
+        lo, hi = self._search(us, -1, len(us) if onset is None else onset)
+        if hi < len(us) and hi not in self.tested and outcome(self._test_at(us, hi)) == "pass":
+            lo, hi = self._search(us, hi, len(us))  # the non-finite bound compared within tolerance
+        return self._answer(us, lo, hi, onset)
 
-    def _search(self, us: list[dict], lo: int, hi: int) -> int:
-        """The first diverged unit in (lo, hi]; ``hi`` is assumed diverged (or past the end)."""
-        while hi - lo > 1:
+    def _search(self, us: list[dict], lo: int, hi: int) -> tuple[int, int]:
+        """The last passing and the first diverged unit: ``lo`` is assumed to pass (or -1), ``hi`` to
+        diverge (or past the end). The unit tested is the untested one nearest the middle: the middle
+        itself unless its test was inconclusive; it stops when every unit between is tested."""
+        while True:
             mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if self._test_at(us, mid)["passed"] else (lo, mid)
-        return hi
+            left = sorted((i for i in range(lo + 1, hi) if i not in self.tested), key=lambda i: (abs(i - mid), i))
+            if not left:
+                return lo, hi
+            found = outcome(self._test_at(us, left[0]))
+            if found != "inconclusive":
+                lo, hi = (left[0], hi) if found == "pass" else (lo, left[0])
 
     def _test_at(self, us: list[dict], i: int) -> dict:
         self.tested[i] = self._test(us[i])
         return self.tested[i]
 
-    def _answer(self, us, hi, v, onset) -> dict:
+    def _answer(self, us, lo, hi, onset) -> dict:
         per_side = sum(1 for r in self.runner.state.runs if r["key"].startswith("cand:"))
-        found = hi < len(us)
+        unsure = [i for i, v in self.tested.items() if v.get("inconclusive")]
+        # an all-clear covers every layer; a found layer depends on those between the bounds (and itself)
+        depends = unsure if hi == len(us) else [i for i in unsure if lo < i <= hi]
+        found = hi < len(us) and not depends
+        v = self.tested.get(hi, {})
+        entry = lambda i: {"trial": us[i]["name"], "layer": us[i]["name"],  # noqa: E731
+                           "why": self.tested[i].get("why") or "could not check"}
         return {"diverged": found, "layer": us[hi]["name"] if found else None,
                 "first_divergence": v.get("first_divergence") if found else None,
                 "culprit": v.get("culprit") if found else None,
                 "unchecked": v.get("unchecked", []) if found else [],
+                "inconclusive": [entry(i) for i in depends],
+                "set_aside": [entry(i) for i in unsure if i not in depends],
+                "passes_through": us[lo]["name"] if lo >= 0 else None,
+                "fails_at": us[hi]["name"] if hi < len(us) and outcome(v) == "fail" else None,
                 "layers": len(us), "runs_per_side": per_side, "bound": bound(len(us)),
                 "nonfinite_onset": us[onset]["name"] if onset is not None else None}
 
@@ -96,20 +119,22 @@ class LayerSearch:
         v = self.runner.state.verdicts.get(key)
         if v is None:
             v = verdict(self._worst(recs), self._judge(recs), self.on_crash)
-            self.runner.settle(list(recs.values()), v["passed"])
+            self.runner.settle(list(recs.values()), FOLDER[outcome(v)])
             self.runner.state.set_verdict(key, v)
         if self.runner.first_report(f"verdict:{key}"):
             self.runner.progress("verdict", {"key": key, "label": unit["name"], **v})
         return v
 
     def _judge(self, recs: dict) -> dict:
-        """The candidate's crash is judged by the crash policy; a reference or control run that fails
-        leaves nothing to judge against: an error, not a verdict on the candidate."""
+        """The candidate's crash is judged by the crash policy (its exit 125: inconclusive); a reference
+        or control run that fails leaves nothing to judge against: an error, not a verdict on the candidate."""
         path = {}
         for side in ("ref", "control", "cand"):
             rec = recs.get(side)
             if rec is None:
                 continue
+            if side == "cand" and rec["exit_code"] == INCONCLUSIVE_EXIT and not rec["crashed"]:
+                return could_not_check(rec)
             failed = rec["crashed"] or rec["exit_code"] != 0
             why = rec.get("why") or f"exit code {rec['exit_code']}" if failed else None
             path[side] = self.runner.path(rec)
@@ -162,7 +187,7 @@ class LayerSearch:
     def _nonfinite_onset(self, stats: dict, us: list[dict]) -> int | None:
         cand = stats["cand"]
         if cand["crashed"] or cand["exit_code"] != 0:
-            self.runner.settle(list(stats.values()), False)
+            self.runner.settle(list(stats.values()), "bad")
             return None
         counts = {side: _nonfinite_by_key(self._open(rec)) for side, rec in stats.items()}
         onset = None
@@ -171,7 +196,7 @@ class LayerSearch:
             if any(counts["cand"][k] and not counts["ref"].get(k) for k in keys):
                 onset = i
                 break
-        self.runner.settle(list(stats.values()), onset is None)
+        self.runner.settle(list(stats.values()), "good" if onset is None else "bad")
         return onset
 
 

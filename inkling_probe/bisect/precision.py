@@ -2,13 +2,16 @@
 
 The command reads the layer list from a variable (inkling_model: ``INKLING_BF16_LAYERS``, the
 routed experts of those layers unquantized). ddmin over the layers, with "passes" as the outcome
-it keeps, gives a 1-minimal set: dropping any one layer from it makes the oracle fail.
+it keeps, gives a 1-minimal set: dropping any one layer from it makes the oracle fail. A set the
+oracle could not check (inconclusive) is not a pass: ddmin does not keep it, and a search that met one
+gives no set: the answer lists the inconclusive trials (and the smallest set seen passing).
 """
 from __future__ import annotations
 
 from inkling_probe.bisect.ddmin import ddmin
 from inkling_probe.bisect.flags import Precondition
-from inkling_probe.bisect.trial import reason, trial
+from inkling_probe.bisect.oracle import outcome
+from inkling_probe.bisect.trial import reason, skipped, trial
 from inkling_probe.errors import ProbeError
 
 DEFAULT_VAR = "INKLING_BF16_LAYERS"
@@ -48,18 +51,32 @@ def check_against(layers: list[int], present: list[int], source: str, what: str 
 
 def bisect_precision(runner, oracle, command, layers: list[int], var: str = DEFAULT_VAR,
                      on_crash: str = "fail") -> dict:
-    """``{"reference_layers", "quantized_layers", "tests"}``: the layers to keep at reference precision."""
+    """``{"reference_layers", "quantized_layers", "tests", "inconclusive"}``: the layers to keep at reference
+    precision (None when any trial was inconclusive)."""
     tests: dict[str, dict] = {}
+    asked: dict[str, dict] = {}
 
-    def passes(kept) -> bool:
+    def judged(kept) -> str:
         text = ",".join(map(str, kept))
         key = f"{var}={text}"
-        tests[key] = trial(runner, oracle, on_crash, key, f"ref-{text or 'none'}", command, {var: text})
-        return tests[key]["passed"]
+        asked[key] = {"trial": f"ref-{text or 'none'}", "reference_layers": list(kept)}
+        tests[key] = trial(runner, oracle, on_crash, key, asked[key]["trial"], command, {var: text})
+        return outcome(tests[key])
 
-    if not passes(layers):
+    def passes(kept) -> bool:
+        return judged(kept) == "pass"  # inconclusive: not a pass
+
+    first = judged(layers)
+    if first == "fail":
         v = tests[f"{var}={','.join(map(str, layers))}"]
         raise Precondition(f"the oracle fails with every layer in {var}{reason(v)}: precision is not the cause")
-    found = [] if passes([]) else ddmin(layers, passes)
+    found = None
+    if first == "pass":
+        found = [] if passes([]) else ddmin(layers, passes)
+    unsure = skipped(tests, asked)
+    if unsure:
+        passed = [asked[k]["reference_layers"] for k, v in tests.items() if outcome(v) == "pass"]
+        return {"reference_layers": None, "quantized_layers": None, "variable": var, "tests": len(tests),
+                "inconclusive": unsure, "smallest_passing": min(passed, key=len) if passed else None}
     return {"reference_layers": found, "quantized_layers": [i for i in layers if i not in found],
-            "variable": var, "tests": len(tests)}
+            "variable": var, "tests": len(tests), "inconclusive": []}

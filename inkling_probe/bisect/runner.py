@@ -1,8 +1,8 @@
 """Runs one command of a bisect and keeps its artifacts; answers repeated runs from the state file.
 
 Each run gets a folder: first ``pending/NNN-label/``, then, once its verdict is known,
-``good/NNN-label/`` or ``bad/NNN-label/``, holding ``command.txt`` (the command line and the
-variables set for it), ``output.txt`` (stdout and stderr), ``exit_code`` and ``dump/`` (when the
+``good/NNN-label/``, ``bad/NNN-label/`` or ``inconclusive/NNN-label/`` (could not be checked), holding
+``command.txt`` (the command line and the variables set for it), ``output.txt`` (stdout and stderr), ``exit_code`` and ``dump/`` (when the
 command records one). Commands run without a shell (``shlex`` splits them) unless ``shell=True``.
 ``{dump}`` in a command is replaced by the run's dump path; a command without it records through
 ``INKLING_PROBE``.
@@ -142,16 +142,16 @@ class Runner:
             return pending / name
         raise ProbeError(f"{pending}: 999 folders for run {n}; clean up the work directory")
 
-    def settle(self, runs: list[dict], good: bool) -> None:
-        """Move the runs' folders from pending/ to good/ or bad/ (once)."""
-        side = "good" if good else "bad"
+    def settle(self, runs: list[dict], side: str) -> None:
+        """Move the runs' folders from pending/ to ``side``: good/, bad/ or inconclusive/ (once)."""
+        assert side in ("good", "bad", "inconclusive"), side
         for rec in runs:
             if not rec["dir"].startswith("pending/"):
                 continue
             src = self.state.inside(rec["dir"])
             dst_dir = self.state.inside(side)
             dst_dir.mkdir(exist_ok=True)
-            name = _ATTEMPT.sub("", src.name)  # good/ and bad/ keep one layout: NNN-label
+            name = _ATTEMPT.sub("", src.name)  # good/, bad/, inconclusive/ keep one layout: NNN-label
             dst = self.state.inside(f"{side}/{name}")
             shutil.rmtree(dst, ignore_errors=True)
             if src.exists():

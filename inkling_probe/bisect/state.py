@@ -12,8 +12,13 @@ What is read back is checked before anything runs (:class:`StateMismatch`, one l
   JSON, the arguments' digest mixed in) match: an edited run or verdict is refused, not believed.
   The digests catch edits and damage, not a forger who recomputes them: that is what the path
   checks are for;
-- every run's folder is ``pending|good|bad/NNN-label`` inside the work directory (a crafted state
-  cannot make the bisect move a folder from elsewhere into it), its dump that folder's ``dump``.
+- every run's folder is ``pending|good|bad|inconclusive/NNN-label`` inside the work directory (a
+  crafted state cannot make the bisect move a folder from elsewhere into it), its dump that folder's
+  ``dump``.
+
+A verdict is ``{"passed", "inconclusive", ...}``. One written before ``inconclusive`` existed (same
+schema version: the field is an addition) is read as today's rules judge what it kept
+(:func:`~inkling_probe.bisect.oracle.upgraded`), so a resumed bisect asks what a fresh one would.
 
 ``live`` names the process groups of runs that were running when the state was saved
 (:mod:`~inkling_probe.procs`); the runner reaps them on resume.
@@ -28,13 +33,14 @@ import stat
 import tempfile
 from pathlib import Path
 
+from inkling_probe.bisect.oracle import upgraded
 from inkling_probe.errors import ProbeError
 
 VERSION = 2
 FILE = "state.json"
 MAX_BYTES = 64 << 20
-SIDES = ("pending", "good", "bad")
-_FOLDER = re.compile(r"^(pending|good|bad)/(\d{3,})-[A-Za-z0-9._+=,-]{1,100}$")
+SIDES = ("pending", "good", "bad", "inconclusive")
+_FOLDER = re.compile(r"^(pending|good|bad|inconclusive)/(\d{3,})-[A-Za-z0-9._+=,-]{1,100}$")
 _RUN_FIELDS = {"key": str, "label": str, "n": int, "command": str, "env": dict, "exit_code": int,
                "crashed": bool, "dir": str, "seconds": (int, float), "tail": str}
 
@@ -155,7 +161,8 @@ class State:
             raise StateMismatch(f"{where} ({r['label']}) does not match its digest (edited?); refused")
         m = _FOLDER.match(r["dir"])
         if r["n"] != i + 1 or not m or int(m.group(2)) != r["n"]:
-            raise StateMismatch(f"{where}: folder {r['dir']!r} is not pending|good|bad/{i + 1:03d}-LABEL; refused")
+            raise StateMismatch(f"{where}: folder {r['dir']!r} is not pending|good|bad|inconclusive/{i + 1:03d}-LABEL; "
+                                "refused")
         if r.get("dump") not in (None, f"{r['dir']}/dump"):
             raise StateMismatch(f"{where}: dump {r.get('dump')!r} is not {r['dir']}/dump; refused")
         if any(x["key"] == r["key"] for x in self.runs[:i]):
@@ -163,11 +170,13 @@ class State:
         return {k: v for k, v in r.items() if k != "digest"}
 
     def _checked_verdict(self, key: str, v) -> dict:
-        if not isinstance(v, dict) or not isinstance(v.get("passed"), bool):
-            raise StateMismatch(f"{self.path}: verdict {key!r} is not an object with 'passed'")
+        if not isinstance(v, dict) or not isinstance(v.get("passed"), bool) \
+                or not isinstance(v.get("inconclusive", False), bool):
+            raise StateMismatch(f"{self.path}: verdict {key!r} is not an object with 'passed' (and a boolean "
+                                "'inconclusive')")
         if v.get("digest") != digest({"key": key, **v}, self.salt):
             raise StateMismatch(f"{self.path}: verdict {key!r} does not match its digest (edited?); refused")
-        return {k: x for k, x in v.items() if k != "digest"}
+        return upgraded({k: x for k, x in v.items() if k != "digest"})
 
 
 def _lock(workdir: Path):

@@ -87,7 +87,9 @@ def main(argv=None) -> None:
     """Console entry point. Exit codes: 0 ok (or within tolerance), 1 divergence found, 2 bad usage
     or input (one line naming it: a damaged dump, a bad option value, a bad INKLING_PROBE_*
     variable, a path that can't be read or written), 3 an unexpected error (one line; the
-    traceback with INKLING_PROBE_DEBUG=1), 141 output closed early (``| head``), 130 Ctrl-C."""
+    traceback with INKLING_PROBE_DEBUG=1), 125 ``compare`` found no divergence but could not check
+    some rows (``bisect`` has its own 4 and 5: docs/BISECT.md), 141 output closed early (``| head``),
+    130 Ctrl-C."""
     args = sys.argv[1:] if argv is None else list(argv)
     try:
         _check_environment(args)

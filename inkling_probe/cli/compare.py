@@ -1,6 +1,9 @@
 """``inkling-probe compare REF CAND``: where, and why, the candidate leaves the reference.
 
-Exit status: 0 within tolerance, 1 a divergence was found, 2 bad input (one line naming it).
+Exit status: 0 every row checked and within tolerance, 1 a divergence was found, 2 bad input (one
+line naming it), 3 an unexpected error, 125 no divergence found but some rows could not be checked
+(``report.unchecked``): neither an all-clear nor a divergence; the status ``git bisect run`` and
+bisect's exit oracle read as "could not check" (inconclusive).
 """
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import math
 
 import click
 
+from inkling_probe.bisect.oracle import INCONCLUSIVE_EXIT
 from inkling_probe.cli.common import BadInput, Real, Whole, console, emit_json, open_dump
 
 METRICS = ("rel_rms", "cosine", "max_abs", "max_rel", "outside")
@@ -61,7 +65,9 @@ def command(ref, cand, control, name_map, metric, threshold, k, include, steps, 
     """Compare dump CAND against dump REF: the first divergence, the culprit and why.
 
     Keys align through --map, by step, call and token (the common tokens when the runs batched
-    differently); TP dumps are reassembled. Exit 0 within tolerance, 1 on divergence, 2 on bad input.
+    differently); TP dumps are reassembled. Exit 0 every row checked and within tolerance, 1 on
+    divergence, 2 on bad input, 125 when no divergence was found but some rows could not be checked
+    (inconclusive, as git bisect run's skip; the reason is printed).
     """
     from inkling_probe.compare import compare
     from inkling_probe.errors import ProbeError
@@ -114,8 +120,11 @@ def command(ref, cand, control, name_map, metric, threshold, k, include, steps, 
             out.print(line, markup=False)
         if rows_kind:
             out.print(f"judged: {rows_kind} rows only (--rows {rows_kind})", markup=False)
-    if report.diverged or report.unchecked or (replayed is not None and replayed["diverged"]):  # SystemExit, not ctx.exit: standalone_mode=False would turn Exit into a return value
+    # SystemExit, not ctx.exit: standalone_mode=False would turn Exit into a return value
+    if report.diverged or (replayed is not None and replayed["diverged"]):
         raise SystemExit(1)
+    if report.unchecked:
+        raise SystemExit(INCONCLUSIVE_EXIT)
 
 
 def _confirm(report, ckpt, factory, ref_dump) -> list[dict]:

@@ -33,9 +33,11 @@ def command():
     """Find where, or under which settings, a candidate leaves the reference.
 
     \b
-    Every bisect keeps its runs in --workdir (state.json, good/, bad/) and resumes from it when
-    run again with the same arguments (a state file that fails its checks is refused). Exit codes:
-    0 finished, 1 a divergence was found (layers, elements), 2 bad input (checked before any run),
-    3 the oracle could not judge a run (the reason is printed; never a verdict), 4 the --max-runs
-    budget was spent (run again with a larger one).
+    Every bisect keeps its runs in --workdir (state.json, good/, bad/, inconclusive/) and resumes when
+    run again with the same arguments (a state file that fails its checks is refused). A run the
+    oracle could not check (compare left rows unchecked, or the command exited 125) is inconclusive:
+    never counted as failing or passing. Exit codes: 0 finished, 1 a divergence was found (layers,
+    elements), 2 bad input (checked before any run), 3 the oracle could not judge a run (the reason is
+    printed; never a verdict), 4 the --max-runs budget was spent (run again with a larger one), 5 no
+    answer: it depends on inconclusive runs (each named with its reason).
     """

@@ -8,6 +8,7 @@ import click
 from inkling_probe.cli.common import BadInput, emit_json
 
 EXIT_BUDGET = 4
+EXIT_INCONCLUSIVE = 5  # the answer depends on trials the oracle could not check: no answer given
 
 
 class OracleExit(click.ClickException):
@@ -49,7 +50,8 @@ def run_options(f):
         click.option("--timeout", type=float, default=None, callback=finite(0, open_min=True),
                      help="Seconds before a run is killed (counted as a crash)."),
         click.option("--on-crash", type=click.Choice(["fail", "pass", "stop"]), default="fail", show_default=True,
-                     help="What a crashed run (signal, timeout, no start; compare oracles: any non-zero exit) counts as."),
+                     help="What a crashed run (signal, timeout, no start; compare oracles: a non-zero exit but 125) "
+                          "counts as."),
         click.option("--max-runs", type=int, default=None, callback=finite(1),
                      help="Stop (exit 4, state kept) before starting more runs than this."),
         click.option("--json", "as_json", is_flag=True, help="Print the answer and every run as JSON."),
@@ -64,6 +66,7 @@ def printer(as_json: bool):
     import sys
 
     from rich.console import Console
+    from rich.markup import escape
 
     con = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
     status = con.status("starting")
@@ -80,7 +83,9 @@ def printer(as_json: bool):
             extra = f"  first divergence {info['first_divergence']}" if info.get("first_divergence") else ""
             if not extra and info.get("unchecked"):
                 extra = f"  could not check {info.get('n_unchecked', len(info['unchecked']))} row(s)"
-            con.print(f"  -> {info['label']}: {word}{extra}")
+            if info.get("inconclusive"):
+                word, extra = "[yellow]INCONCLUSIVE[/]", f"  {escape(info.get('why') or 'could not check')}"
+            con.print(f"  -> {escape(info['label'])}: {word}{extra}")
 
     return progress, status
 
@@ -165,9 +170,24 @@ def finish(state, answer: dict, as_json: bool, render) -> None:
         return
     render(answer)
     fresh = len(runs) - state.resumed_runs
+    unsure = f" and {state.workdir}/inconclusive" if (state.workdir / "inconclusive").is_dir() else ""
     click.echo(f"{len(runs)} runs ({fresh} now, {state.resumed_runs} from the state file); "
-               f"artifacts in {state.workdir}/good and {state.workdir}/bad")
+               f"artifacts in {state.workdir}/good{',' if unsure else ' and'} {state.workdir}/bad{unsure}")
     state.close()
+
+
+def render_inconclusive(answer: dict, what: str) -> None:
+    """The trials an answer depends on that could not be checked, each with its reason (one line each)."""
+    unsure = answer["inconclusive"]
+    click.echo(f"no {what}: the answer depends on {len(unsure)} trial(s) the oracle could not check (inconclusive)")
+    for t in unsure:
+        click.echo(f"  inconclusive {t['trial']}: {t['why']}")
+
+
+def exit_for(answer: dict) -> None:
+    """Exit 5 when the answer depends on inconclusive trials (after :func:`finish` printed it)."""
+    if answer.get("inconclusive"):
+        raise SystemExit(EXIT_INCONCLUSIVE)
 
 
 def commands(shell: bool, **texts) -> dict:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import click
 
-from inkling_probe.cli.bisect.common import commands, finish, guarded, run_options, session
+from inkling_probe.cli.bisect.common import (commands, exit_for, finish, guarded, render_inconclusive, run_options,
+                                             session)
 from inkling_probe.cli.bisect.oracle_options import control_dump, make_oracle, oracle_options
 from inkling_probe.cli.common import BadInput
 
@@ -33,6 +34,12 @@ def _list(toggles) -> None:
 
 
 def _render(answer: dict) -> None:
+    if answer["inconclusive"]:
+        render_inconclusive(answer, "minimal failing set")
+        if answer["smallest_failing"]:
+            click.echo(f"  smallest set seen failing (not shown minimal): {', '.join(answer['smallest_failing'])}")
+        click.echo(f"{answer['tests']} distinct configurations tested")
+        return
     names = ", ".join(answer["failing_set"])
     click.echo(f"minimal failing set ({len(answer['failing_set'])} of the flags): {names}")
     for name, value in answer["bad_env"].items():
@@ -68,3 +75,4 @@ def command(cmd, flag, model, select, list_only, oracle, control, control_alias,
     with status:
         answer = guarded(lambda: bisect_flags(runner, orc, cmds["cmd"], toggles, on_crash))
     finish(state, answer, as_json, _render)
+    exit_for(answer)

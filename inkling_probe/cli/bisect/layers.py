@@ -3,12 +3,19 @@ from __future__ import annotations
 
 import click
 
-from inkling_probe.cli.bisect.common import commands, finish, finite, guarded, run_options, session
+from inkling_probe.cli.bisect.common import (commands, exit_for, finish, finite, guarded, render_inconclusive,
+                                             run_options, session)
 from inkling_probe.cli.bisect.oracle_options import THRESHOLD_HELP, compare_options
 
 
 def _render(answer: dict) -> None:
-    if not answer["diverged"]:
+    if answer["inconclusive"]:
+        render_inconclusive(answer, "first divergent layer")
+        known = [f"passes through {answer['passes_through']}" if answer["passes_through"] else "",
+                 f"fails at {answer['fails_at']}" if answer["fails_at"] else ""]
+        if any(known):
+            click.echo("  known: " + ", ".join(k for k in known if k))
+    elif not answer["diverged"]:
         click.echo(f"no divergence in {answer['layers']} layers")
     else:
         click.echo(f"first divergent layer: {answer['layer']}")
@@ -16,6 +23,8 @@ def _render(answer: dict) -> None:
             click.echo(f"  first divergence {answer['first_divergence']}, culprit {answer['culprit']}")
         for row in answer.get("unchecked", [])[:5]:
             click.echo(f"  could not check {row}")
+    for t in answer["set_aside"]:
+        click.echo(f"  set aside {t['trial']} (inconclusive, outside the answer's bounds): {t['why']}")
     if answer["nonfinite_onset"]:
         click.echo(f"  the candidate's stats turn non-finite at {answer['nonfinite_onset']}")
     click.echo(f"{answer['runs_per_side']} runs per side for {answer['layers']} layers "
@@ -44,5 +53,6 @@ def command(ref, cand, control, threshold, name_map, workdir, shell, timeout, on
     with status:
         answer = guarded(search.run)
     finish(state, answer, as_json, _render)
+    exit_for(answer)
     if answer["diverged"]:
         raise SystemExit(1)

@@ -21,8 +21,10 @@ def oracle_options(f):
     """--oracle exit|compare:REF, --control-dump (--control), --threshold, --map, --include."""
     opts = [
         click.option("--oracle", default="exit", show_default=True, metavar="exit|compare:REF",
-                     help="exit: exit code 0 passes. compare:REF: the run's dump ({dump} or INKLING_PROBE) "
-                          "compared with the dump REF; within tolerance (every row checked) passes."),
+                     help="exit: exit code 0 passes, 125 could not check (inconclusive), any other fails. "
+                          "compare:REF: the run's dump ({dump} or INKLING_PROBE) compared with the dump REF: "
+                          "within tolerance (every row checked) passes, a divergence fails, rows compare "
+                          "could not check make it inconclusive."),
         click.option("--control-dump", "control", type=click.Path(), default=None,
                      help="Control dump for the compare oracle (sets the noise floor)."),
         click.option("--control", "control_alias", type=click.Path(), default=None, hidden=True,

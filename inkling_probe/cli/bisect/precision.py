@@ -3,12 +3,21 @@ from __future__ import annotations
 
 import click
 
-from inkling_probe.cli.bisect.common import commands, finish, guarded, run_options, session
+from inkling_probe.cli.bisect.common import (commands, exit_for, finish, guarded, render_inconclusive, run_options,
+                                             session)
 from inkling_probe.cli.bisect.oracle_options import control_dump, make_oracle, oracle_options
 from inkling_probe.cli.common import BadInput
 
 
 def _render(answer: dict) -> None:
+    if answer["inconclusive"]:
+        render_inconclusive(answer, "minimal layer set")
+        seen = answer["smallest_passing"]
+        if seen is not None:
+            click.echo(f"  smallest set seen passing (not shown minimal): {answer['variable']}="
+                       f"{','.join(map(str, seen))}")
+        click.echo(f"{answer['tests']} distinct layer sets tested")
+        return
     keep = ",".join(map(str, answer["reference_layers"])) or "none"
     click.echo(f"layers that must stay at reference precision: {keep}")
     click.echo(f"layers that may stay quantized: {','.join(map(str, answer['quantized_layers'])) or 'none'}")
@@ -61,3 +70,4 @@ def command(cmd, spec, var, oracle, control, control_alias, threshold, name_map,
     with status:
         answer = guarded(lambda: bisect_precision(runner, orc, cmds["cmd"], layers, var, on_crash))
     finish(state, answer, as_json, _render)
+    exit_for(answer)

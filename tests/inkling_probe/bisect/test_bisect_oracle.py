@@ -1,5 +1,6 @@
-"""The compare oracle's failures are errors, never verdicts; rows compare could not check fail a run
-(issue 23). Runs are written in this process (the runner's command execution replaced)."""
+"""The compare oracle's failures are errors, never verdicts (issue 23); rows compare could not check make a
+run inconclusive, never passing nor failing (issue 41; tests/inkling_probe/bisect/test_bisect_inconclusive.py).
+Runs are written in this process (the runner's command execution replaced)."""
 import json
 
 import pytest
@@ -46,10 +47,13 @@ def _flags(tmp_path, toggles):
     return bisect_flags(Runner(state), CompareOracle(ref), Command("fake {dump}"), toggles)
 
 
-def test_unchecked_rows_fail_the_run(tmp_path, fake_runs):
-    """A stats-only dump has no values to compare: compare exits 1, and the oracle fails it."""
+def test_unchecked_rows_make_the_run_inconclusive(tmp_path, fake_runs):
+    """A stats-only dump has no values to compare: compare exits 125 (could not check), and the oracle
+    calls the run inconclusive; with every flag at BAD inconclusive there is no answer (before: "mode")."""
     toggles = [Toggle("mode", "INKLING_PROBE_MODE", "full", "stats"), Toggle("inert", "INERT", "0", "1")]
-    assert _flags(tmp_path, toggles)["failing_set"] == ["mode"]
+    ans = _flags(tmp_path, toggles)
+    assert ans["failing_set"] is None and [t["trial"] for t in ans["inconclusive"]] == ["mode+inert"]
+    assert "unchecked (unreadable)" in ans["inconclusive"][0]["why"]
 
 
 def test_a_compare_error_is_an_error_not_a_divergence(tmp_path, fake_runs):

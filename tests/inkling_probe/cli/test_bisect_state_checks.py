@@ -70,7 +70,7 @@ def test_a_crafted_run_folder_cannot_move_a_folder_into_the_workdir(tmp_path):
         doc["verdicts"].clear()  # judged again on resume: the old runner then filed the folder under bad/
 
     _edit(w, point_outside, resign=True)
-    _one_line_2(_bisect(w), "is not pending|good|bad/001-LABEL; refused")
+    _one_line_2(_bisect(w), "is not pending|good|bad|inconclusive/001-LABEL; refused")
     assert (outside / "data").read_text() == "keep me"
 
 

@@ -155,9 +155,9 @@ def test_dispatch_order_rows_after_a_flip_are_not_compared_by_index(tmp_path):
                                    ("layers.2.mlp.dispatched", disp.roll(2, 0))]])
     rep = compare(ref, cand, threshold=1e-2)
     assert rep.row("layers.2.mlp.dispatched").status == "not_comparable" and not rep.diverged
-    assert rep.unchecked  # never "within tolerance": the CLI exits 1 and says so
+    assert rep.unchecked  # never "within tolerance": the CLI exits 125 (inconclusive) and says so
     r = CliRunner().invoke(group, ["compare", ref, cand, "--threshold", "0.01"])
-    assert r.exit_code == 1 and "could not check" in r.output
+    assert r.exit_code == 125 and "could not check" in r.output
 
 
 def test_different_call_counts_are_not_comparable(tmp_path):
@@ -224,10 +224,12 @@ def test_record_writes_honest_token_dims(tmp_path):
             super().__init__()
             self.emb = torch.nn.Embedding(50, 8)
             self.lin = torch.nn.Linear(8, 8)
+            self.stacked = torch.nn.Identity()
 
         def forward(self, ids):
             h = self.emb(ids)  # [B, T, H]
             flat = self.lin(h.reshape(-1, 8))  # [B*T, H]
+            self.stacked(torch.stack([flat, -flat]))  # [2, B*T, H]: two experts' work stacked
             return flat.reshape(h.shape)
 
     ids = torch.randint(0, 50, (3, 5))
@@ -242,6 +244,8 @@ def test_record_writes_honest_token_dims(tmp_path):
     emb, lin = dump.rows("emb")[0], dump.rows("lin")[0]
     assert emb["token_dim"] == 1 and emb["meta"]["batch_dim"] == 0
     assert lin["token_dim"] == 0 and lin["meta"]["batch"] == 3
+    stacked = dump.rows("stacked")[0]
+    assert stacked["token_dim"] == 1 and stacked["meta"]["batch"] == 3
     assert np.array_equal(dump.array("in.0") if "in.0" in dump.keys() else ids.numpy(), ids.numpy())
 
 
