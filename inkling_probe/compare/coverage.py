@@ -26,11 +26,12 @@ def cover(row, recorded: int | None, compared: int | None, aside: int = 0, whole
     recorded = max(int(recorded or 1), 1)
     compared = recorded if compared is None else min(int(compared), recorded)
     if whole:
-        row.rows_recorded, row.rows_judged, row.not_judged = recorded, 0, {whole: recorded}
+        row.rows_recorded, row.rows_judged, row.not_judged, row.rows_loose = recorded, 0, {whole: recorded}, 0
         return
     reasons = {"set aside": int(aside), "missing": recorded - compared}
     row.rows_recorded = recorded
     row.rows_judged = max(compared - int(aside), 0)
+    row.rows_loose = min(row.rows_loose, row.rows_judged)
     row.not_judged = {k: v for k, v in reasons.items() if v}
     a, n = share if share is not None else (aside, compared)
     if row.status in ("exact", "ok") and a and a >= FAULT_ROWS * n:
@@ -40,17 +41,21 @@ def cover(row, recorded: int | None, compared: int | None, aside: int = 0, whole
 
 
 def summary(rows) -> dict:
-    """``{"rows_recorded", "rows_judged", "not_judged": {reason: rows}, "keys_unchecked"}`` over rows."""
-    rec = judged = 0
+    """``{"rows_recorded", "rows_judged", "rows_loose", "keys_loose", "not_judged": {reason: rows},
+    "keys_unchecked"}`` over rows: judged rows are tight or loose (judge.LOOSE), the rest unchecked."""
+    rec = judged = loose = keys_loose = 0
     why: dict = {}
     for r in rows:
         if r.rows_recorded is None:
             continue
         rec += r.rows_recorded
         judged += r.rows_judged
+        loose += r.rows_loose
+        keys_loose += bool(r.rows_loose)
         for k, v in r.not_judged.items():
             why[k] = why.get(k, 0) + v
-    return {"rows_recorded": rec, "rows_judged": judged, "not_judged": why,
+    return {"rows_recorded": rec, "rows_judged": judged, "rows_loose": loose, "keys_loose": keys_loose,
+            "not_judged": why,
             "keys_unchecked": sum(1 for r in rows if r.status == "unchecked")}
 
 
@@ -61,7 +66,8 @@ def line(rows) -> str:
         return "no rows judged"
     parts = [f"{v} {k}" for k, v in s["not_judged"].items()]
     pct = 100.0 * s["rows_judged"] / s["rows_recorded"]
-    return (f"judged {s['rows_judged']} of {s['rows_recorded']} key rows ({pct:.1f}%)"
+    loose = f", {s['rows_loose']} of them loosely" if s["rows_loose"] else ""
+    return (f"judged {s['rows_judged']} of {s['rows_recorded']} key rows ({pct:.1f}%{loose})"
             + (f"; not judged: {', '.join(parts)}" if parts else ""))
 
 

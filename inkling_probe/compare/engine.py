@@ -80,7 +80,7 @@ def _compare(ref, cand, control=None, *, name_map=None, metric: str = "rel_rms",
                     only_ref=al.only_ref, only_cand=al.only_cand)
     decision_globs = list(decisions) + (list(getattr(nm, "decisions", None) or []) if nm else [])
     walker = Walker(dumps, ents, report, metric=metric, user=threshold, k=k, decision_globs=decision_globs,
-                    batch_rows=(ref_row, cand_row))
+                    batch_rows=(ref_row, cand_row), mixing_globs=list(getattr(nm, "mixing", None) or []))
     held = {(k, s) for (k, s, c) in ents["candidate"]}  # a call the candidate lacks may pair by expert
     paired = [p for p in al.pairs if p.cand is not None or (p.key, p.step) in held]
     ahead = [p for p in paired if p.cand is not None]
@@ -100,7 +100,7 @@ def _compare(ref, cand, control=None, *, name_map=None, metric: str = "rel_rms",
     report.culprits = divergence.culprits(report.rows) or divergence.culprits(report.control_rows)
     report.notes += walker.summary_notes()
     cov = coverage.summary(report.rows + report.control_rows)
-    if cov["rows_judged"] < cov["rows_recorded"]:  # the view's summary line states it otherwise
+    if cov["rows_judged"] < cov["rows_recorded"] or cov["rows_loose"]:  # else the view's summary line says it
         report.notes.insert(0, "coverage: " + coverage.line(report.rows + report.control_rows))
     if explain or explain_keys:
         from inkling_probe.compare.diagnose import diagnose_report

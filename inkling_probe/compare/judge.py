@@ -26,6 +26,8 @@ from inkling_probe.compare.report import Row, join_notes, score_of
 
 K_ROW = 3.0  # a token row diverges past K_ROW x its allowance (rows fluctuate more than tensors)
 MIN_ROW_VALUES = 16  # rows narrower than this are too noisy to judge alone (top-k weights, gammas)
+LOOSE = 3.0  # a row allowed more than LOOSE x its allowance without a changed decision's reach is judged
+# loosely: a fault smaller than that reach would not show there (coverage counts it; the verdict says so)
 
 
 class Judge:
@@ -78,7 +80,7 @@ class Judge:
         row.floor = ctl.error if ctl is not None and ctl.status in ("ok", "exact") else None
         default = self.default(precision, row.depth, integer)
         minimum = self.minimum(row.depth, [row.ref_dtype, row.cand_dtype, precision])  # inputs' rounding too
-        row.threshold = self.allowance(row.floor, default, minimum)
+        row.threshold = base = self.allowance(row.floor, default, minimum)
         if reach is not None:
             row.reach = float(reach.max())
             row.carry_score = score_of(row.error, row.threshold)  # the score without the reach
@@ -90,21 +92,27 @@ class Judge:
         self.status(row, m)
         if m.row_errors is not None and len(m.row_errors) and row.status in ("ok", "diverged") \
                 and width >= MIN_ROW_VALUES:
-            self.rows(row, m, ctl, reach)
+            self.rows(row, m, ctl, reach, base)
+        elif reach is not None and row.threshold > LOOSE * base:  # judged as a whole, loosely
+            row.rows_loose = int(m.token_rows or 1)
 
-    def rows(self, row: Row, m: Measured, ctl: Measured | None, reach=None) -> None:
+    def rows(self, row: Row, m: Measured, ctl: Measured | None, reach=None, base: float | None = None) -> None:
         """Token rows judged on their own: a divergence confined to a few rows is not averaged away;
-        ``reach`` ``[n]`` widens the rows a changed decision can reach (reach.py)."""
+        ``reach`` ``[n]`` widens the rows a changed decision can reach (reach.py); ``base``: the key's
+        allowance before the reach (rows allowed over LOOSE x theirs without it are judged loosely)."""
         e = m.row_errors  # [n]
         has_ctl = ctl is not None and ctl.row_errors is not None and ctl.row_errors.shape == e.shape
         dtypes = [row.ref_dtype, row.cand_dtype]
-        allow = floor.row_allowance(len(e), row.threshold, self.k, K_ROW,  # [n]
-                                    ctl.row_errors if has_ctl else None, (ctl.masked or ()) if has_ctl else (),
-                                    self.minimum(row.depth, dtypes),
-                                    floor.rounding_allowance(dtypes) if self.metric == "rel_rms" else 0.0,
-                                    m.row_scale)
-        if reach is not None and reach.shape == e.shape:
-            allow = np.hypot(allow, reach)
+        allowance = lambda key_allowance: floor.row_allowance(  # [n]
+            len(e), key_allowance, self.k, K_ROW, ctl.row_errors if has_ctl else None,
+            (ctl.masked or ()) if has_ctl else (), self.minimum(row.depth, dtypes),
+            floor.rounding_allowance(dtypes) if self.metric == "rel_rms" else 0.0, m.row_scale)
+        if reach is not None and reach.shape == e.shape:  # each row its own reach, never the tensor's share of it
+            own = allowance(row.threshold if base is None else base)  # [n] without the reach
+            allow = np.hypot(own, reach)
+            row.rows_loose = int(np.count_nonzero(allow > LOOSE * own))
+        else:
+            allow = allowance(row.threshold)
         scores = np.where(allow > 0, e / np.where(allow > 0, allow, 1.0), np.where(e > 0, np.inf, 0.0))
         row.token_errors = [float(x) for x in e[:4096]]
         if scores.size:

@@ -47,6 +47,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 SPREAD = 2.0  # a mixed row carries at most a convex share of the flipped row's error (module docstring)
+# Keys whose op mixes token rows (attention, convolutions over tokens, recurrences), by name. Every
+# other key is row-wise: row t's output is a function of row t's input only (norms, projections, MLPs,
+# experts, routers, residual adds), so a flip elsewhere reaches it only through what row t already
+# carries. A row-wise key named like a mixing one is only judged looser (never a false alarm); a mixing
+# key named like neither must be declared (a name map's ``mixing`` globs).
+MIXING = ("*.attn", "*.attn.*", "*self_attn*", "*cross_attn*", "*.attention", "*.attention.*", "*conv*",
+          "*mixer*", "*ssm*", "*mamba*", "*rnn*", "*recurren*", "*lstm*", "*gru*", "*scan*", "*time_mix*",
+          "*token_shift*", "*mha*", "*mqa*", "*gqa*", "*sdpa*", "*flash*", "*linear_attn*")
 
 
 @dataclass
@@ -66,9 +74,11 @@ class Flip:
 
 
 class Reach:
-    """The changed decisions of one compared side, in execution order."""
+    """The changed decisions of one compared side, in execution order; ``mixing``: key globs of ops
+    that mix token rows besides :data:`MIXING`."""
 
-    def __init__(self) -> None:
+    def __init__(self, mixing=()) -> None:
+        self.mixing = tuple(MIXING) + tuple(mixing)
         self.flips: list[Flip] = []
         self.inputs: dict = {}  # (step, row width) -> [n] every row's error at the last key of that width
         self.last: dict = {}  # step -> [n] every row's error at the last key recorded (any width)
@@ -89,19 +99,29 @@ class Reach:
         """``[n]`` the reach bound per token row (0 where no flip reaches), None when none does;
         ``scale``: the key's average row norm (the reference's rms x sqrt(width))."""
         out, own = np.zeros(n), np.zeros(n)
+        mixing = self.mixes(key)
         for f in self.flips:
             if f.step == step:
                 if f.n_rows != n or f.token >= n:
                     continue
-                seen = self._carried(step, width, scale, n)
-                if seen is None and not f.consumer(step, layer):
-                    seen = self.last.get(step)  # a new width in a later layer: carried from the last key
-                if seen is None or len(seen) != n:
+                if not mixing:  # row-wise: each row carries what its own input carried
+                    seen = self._own_input(step, width, scale, n)
+                    if seen is not None:
+                        out[f.token:] = np.maximum(out[f.token:], SPREAD * seen[f.token:])
+                        own[f.token:] = np.maximum(own[f.token:], SPREAD * seen[f.token:])
+                    continue
+                seen = self._input(step, width, scale, n, f.consumer(step, layer))
+                if seen is None:
                     continue  # the first tensor of its width after the decision, in its layer: position-wise
                 carried = np.maximum.accumulate(seen[f.token:])  # the mixing sources up to each row
                 out[f.token:] = np.maximum(out[f.token:], SPREAD * carried)
                 spread = carried / np.sqrt(np.arange(1, n - f.token + 1))  # the share spread over later rows
                 own[f.token:] = np.maximum(own[f.token:], SPREAD * np.maximum(seen[f.token:], spread))
+            elif f.step < step and not mixing:
+                seen = self._own_input(step, width, scale, n)  # what the rows carry in from the cache
+                if seen is not None:
+                    out[:] = np.maximum(out, SPREAD * seen)
+                    own[:] = np.maximum(own, SPREAD * seen)
             elif f.step < step and (key, call) in f.at_key:
                 out[:] = np.maximum(out, SPREAD * f.at_key[(key, call)])
                 own[:] = np.maximum(own, SPREAD * f.at_key[(key, call)])
@@ -109,6 +129,27 @@ class Reach:
             out[t] = own[t] = 0.0
         self.own = own
         return out if out.any() else None
+
+    def mixes(self, key: str) -> bool:
+        """Whether the key's op mixes token rows (:data:`MIXING` and the declared globs)."""
+        from inkling_probe.settings import matches_any
+
+        return matches_any(key, list(self.mixing))
+
+    def _input(self, step: int, width: int, scale: float, n: int, consumer: bool) -> np.ndarray | None:
+        """``[n]`` the rows' error as they enter a key: :meth:`_carried`, else (outside the decision's
+        own layer) the last key of any width; None when nothing of that step was observed."""
+        seen = self._carried(step, width, scale, n)
+        if seen is None and not consumer:
+            seen = self.last.get(step)  # a new width in a later layer: carried from the last key
+        return seen if seen is not None and len(seen) == n else None
+
+    def _own_input(self, step: int, width: int, scale: float, n: int) -> np.ndarray | None:
+        """``[n]`` what each row carries into a row-wise key: the larger of its error at the last key
+        recorded (the op's input in a chain: ``down(act)``) and at the last of the same width and
+        scale (a residual add reads the stream written before); None when nothing was observed."""
+        got = [a for a in (self.last.get(step), self._carried(step, width, scale, n)) if a is not None and len(a) == n]
+        return np.maximum.reduce(got) if got else None
 
     def _carried(self, step: int, width: int, scale: float, n: int) -> np.ndarray | None:
         """``[n]`` the rows' error on the last key of this width, and on the last one of this width
@@ -126,7 +167,7 @@ class Reach:
         """Record every row's own error at this key (after its allowance was taken), the set-aside
         rows' included. A diverged key records nothing: its error is not the decision's, and what it
         carries must stay judged downstream (else a fault would widen its consequences' allowance)."""
-        if n is None or diverged or not any(f.step == step for f in self.flips):
+        if n is None or diverged or not any(f.step <= step for f in self.flips):
             return
         e = np.zeros(n) if row_errors is None or len(row_errors) != n else np.array(row_errors, np.float64)
         for t, v in zip(masked or [], masked_errors if masked_errors is not None else []):

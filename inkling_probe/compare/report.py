@@ -43,6 +43,7 @@ class Row:
     rows_recorded: int | None = None  # coverage (compare/coverage.py): the reference's token rows
     rows_judged: int | None = None  # ... of which judged
     not_judged: dict = field(default_factory=dict)  # reason -> rows not judged
+    rows_loose: int = 0  # judged rows whose allowance a changed decision's reach made loose (judge.LOOSE)
     reach: float = 0.0  # the largest allowance a changed decision added to a row here (reach.py)
     carry_score: float | None = None  # the score without that reach (keeps an upstream error's taint)
     cache_feeders: list = field(default_factory=list)  # (key, step, call) of earlier steps it reads (decode)
@@ -58,9 +59,9 @@ class Row:
         return self.status in ("unreadable", "not_comparable", "unchecked")
 
     def coverage(self) -> dict:
-        """``{"rows_recorded", "rows_judged", "not_judged": {reason: rows}}``."""
+        """``{"rows_recorded", "rows_judged", "rows_loose", "not_judged": {reason: rows}}``."""
         return {"rows_recorded": self.rows_recorded, "rows_judged": self.rows_judged,
-                "not_judged": dict(self.not_judged)}
+                "rows_loose": self.rows_loose, "not_judged": dict(self.not_judged)}
 
     def brief(self) -> dict:
         """``{"key", "step", "metrics"}`` for the JSON's first_divergence and culprit."""

@@ -70,9 +70,12 @@ class Routing:
         t[0] += len(counted)
         t[1] += d.token_rows
         ctl_frac = None
-        if ctl is not None:
+        if ctl is not None:  # tallied over the steps so far, as the candidate's is
             ctl_counted = ctl.clear if scored else ctl.unclassified
-            ctl_frac = len(ctl_counted) / ctl.token_rows if ctl.token_rows else 0.0
+            tc = self.s.ctl.tally.setdefault((p.key, p.call), [0, 0])
+            tc[0] += len(ctl_counted)
+            tc[1] += ctl.token_rows
+            ctl_frac = tc[0] / tc[1] if tc[1] else 0.0
         self.judge.decision(row, t[0] / t[1] if t[1] else 0.0, ctl_frac, 0.0 if scored else UNCLASSIFIED_MAX,
                             bool(d.changed))
         row.clear_flips = len(counted) if row.status == "diverged" else 0

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from inkling_probe.compare.align import Entry, Pair
 from inkling_probe.compare.report import Row
+from inkling_probe.compare.reach import Reach
 from inkling_probe.compare.side import Side
 from inkling_probe.compare.values import is_integer
 from inkling_probe.settings import matches_any
@@ -27,9 +28,14 @@ class WalkState:
     ents: dict
     batch_rows: tuple  # (reference row, candidate row) of a batch, or None each
     decision_globs: list
+    mixing_globs: list = field(default_factory=list)  # keys of ops that mix token rows (reach.MIXING and these)
     cand: Side = field(default_factory=Side)
     ctl: Side = field(default_factory=Side)
     not_comparable: list = field(default_factory=list)  # keys skipped as not comparable
+
+    def __post_init__(self) -> None:
+        if self.mixing_globs:
+            self.cand.reach, self.ctl.reach = Reach(self.mixing_globs), Reach(self.mixing_globs)
 
     def is_decision(self, key: str, *es: Entry) -> bool:
         """A declared decision (meta kind), a key matching the user's decision globs, or an integer

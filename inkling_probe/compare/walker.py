@@ -20,7 +20,7 @@ from inkling_probe.compare import coverage, floor, relations, steps
 from inkling_probe.compare.align import Entry, Pair, layer_of
 from inkling_probe.compare.decoded import DecodedTokens
 from inkling_probe.compare.experts import ExpertRows
-from inkling_probe.compare.judge import Judge
+from inkling_probe.compare.judge import LOOSE, Judge
 from inkling_probe.compare.measure import Measured, measure, token_rows
 from inkling_probe.compare.ranks import check_replicated
 from inkling_probe.compare.report import Report, Row
@@ -30,11 +30,20 @@ from inkling_probe.compare.values import is_integer
 from inkling_probe.compare.walk_state import WalkState
 
 
+TIGHTER = {  # the command that makes a changed decision's consequences judged tightly, by its kind
+    "routing": "the reference's routing forced (`inkling-probe run --force-routing REF_DUMP`; transformers: "
+               "`inkling_probe.compare.force_hook.force_routing(model, REF_DUMP)`)",
+    "token": "the reference's tokens forced (teacher-forced decode: `inkling-probe run --force-tokens REF_DUMP`; "
+             "transformers: `inkling_probe.compare.force_tokens.force_tokens(model, REF_DUMP)`)",
+}
+
+
 class Walker:
     """Builds one :class:`Row` per aligned pair (and the control-only rows)."""
 
-    def __init__(self, dumps, ents, report: Report, *, metric, user, k, decision_globs, batch_rows):
-        self.state = WalkState(dumps, ents, batch_rows, decision_globs)
+    def __init__(self, dumps, ents, report: Report, *, metric, user, k, decision_globs, batch_rows,
+                 mixing_globs=()):
+        self.state = WalkState(dumps, ents, batch_rows, decision_globs, list(mixing_globs))
         self.report, self.metric = report, metric
         self.judge = Judge(metric, user, k)
         self.routing = Routing(self.state, self.judge)
@@ -169,12 +178,26 @@ class Walker:
         return out
 
     def summary_notes(self) -> list[str]:
+        out = self._loose_notes()
         nc = self.state.not_comparable
         if not nc:
-            return []
+            return out
         keys = sorted(set(nc))
-        return [f"{len(nc)} row(s) not comparable (skipped, not judged): {keys[:6]}"
-                + (f" ... {len(keys) - 6} more keys" if len(keys) > 6 else "")]
+        return out + [f"{len(nc)} row(s) not comparable (skipped, not judged): {keys[:6]}"
+                      + (f" ... {len(keys) - 6} more keys" if len(keys) > 6 else "")]
+
+    def _loose_notes(self) -> list[str]:
+        """Keys judged loosely after changed decisions, and the command that judges them tightly."""
+        loose = [r for r in self.report.rows if r.rows_loose]
+        if not loose:
+            return []
+        kinds = {f.kind for f in self.state.cand.reach.flips}
+        how = [TIGHTER[k] for k in ("routing", "token") if k in kinds]
+        keys = sorted({r.key for r in loose}, key=lambda k: next(i for i, r in enumerate(loose) if r.key == k))
+        return [f"judged loosely: {sum(r.rows_loose for r in loose)} row(s) of {len(loose)} key row(s) "
+                f"({', '.join(keys[:4])}{' ...' if len(keys) > 4 else ''}) allow more than {LOOSE:g}x their "
+                "own allowance for a changed decision's reach (a fault smaller than that would not show there); "
+                "judged tightly with " + " and ".join(how or ["the reference's decisions forced"])]
 
 
 def _call_counts(ents: dict) -> dict:

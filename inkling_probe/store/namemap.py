@@ -46,6 +46,7 @@ class NameMap:
     def __init__(self, rules: list[Rule], drop_unmatched: bool = False, source: str = "<rules>"):
         self.rules = rules
         self.decisions: list[str] = []  # key globs (after the map) that are routing decisions
+        self.mixing: list[str] = []  # key globs (after the map) of ops that mix token rows (compare/reach.py)
         self.foreign: dict = {}  # the [foreign] table: token dim and params for foreign dumps
         self.drop_unmatched = drop_unmatched
         self.source = source
@@ -74,7 +75,7 @@ class NameMap:
             doc = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
             raise SettingsError(f"{source}: not valid TOML ({e})") from None
-        unknown = set(doc) - {"rule", "drop_unmatched", "description", "decisions", "foreign"}
+        unknown = set(doc) - {"rule", "drop_unmatched", "description", "decisions", "mixing", "foreign"}
         if unknown:
             raise SettingsError(f"{source}: unknown top-level key {sorted(unknown)[0]!r}")
         drop = doc.get("drop_unmatched", False)
@@ -83,11 +84,13 @@ class NameMap:
                                 f"not {drop!r})")
         if not isinstance(doc.get("description", ""), str):
             raise SettingsError(f"{source}: 'description' must be a string")
-        decisions = doc.get("decisions", [])
-        if not isinstance(decisions, list) or not all(isinstance(d, str) for d in decisions):
-            raise SettingsError(f"{source}: 'decisions' must be a list of key globs (after the map)")
+        globs = {}
+        for name in ("decisions", "mixing"):
+            globs[name] = doc.get(name, [])
+            if not isinstance(globs[name], list) or not all(isinstance(d, str) for d in globs[name]):
+                raise SettingsError(f"{source}: {name!r} must be a list of key globs (after the map)")
         nm = cls(_rules(doc.get("rule", []), source), drop, source)
-        nm.decisions = decisions
+        nm.decisions, nm.mixing = globs["decisions"], globs["mixing"]
         nm.foreign = doc.get("foreign", {})  # how foreign dumps read (store/foreign/layout.py)
         return nm
 

@@ -99,6 +99,8 @@ def verdict(out, report, replayed=None) -> None:
             c = cov()
             if c["rows_recorded"]:
                 judged = f"; judged {c['rows_judged']} of {c['rows_recorded']} key rows"
+                if c.get("rows_loose"):
+                    judged += f", {c['rows_loose']} of them loosely (see the note)"
         out.print(f"[green]within tolerance[/green]: {len(report.rows)} keys agree "
                   f"(metric {report.metric}{', control ' + report.control if report.control else ''}{judged})")
     fd = report.first_divergence

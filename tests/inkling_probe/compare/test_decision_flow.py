@@ -31,7 +31,8 @@ def test_a_benign_near_tie_flip_sets_aside_only_its_own_rows_and_passes(tmp_path
     assert ex.rows_judged == 31 and ex.not_judged == {"set aside": 1}  # the flipped token only
     later = rep.row("layers.3.attn.out")  # the flipped row aside; the rows after it judged, with an allowance
     assert later.not_judged.get("set aside", 0) < 4 and later.reach > 0 and later.rows_judged >= 28
-    assert rep.to_dict()["rows"][0]["coverage"] == {"rows_recorded": 32, "rows_judged": 32, "not_judged": {}}
+    assert rep.to_dict()["rows"][0]["coverage"] == {"rows_recorded": 32, "rows_judged": 32, "rows_loose": 0,
+                                                      "not_judged": {}}
     cov = rep.to_dict()["coverage"]  # the flipped token after its decision (and any flip it caused downstream)
     assert set(cov["not_judged"]) == {"set aside"} and cov["rows_judged"] >= 0.9 * cov["rows_recorded"]
 
