@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from inkling_probe.compare import fused, prefetch, readahead, stream
+from inkling_probe.compare import fused, masks, prefetch, readahead, stream
 from inkling_probe.compare.align import Entry
 from inkling_probe.compare.conform import ShapeMismatch, conform, token_dim_of
 from inkling_probe.compare.metrics import Metrics, compare_tensors, one_dim_rows, reduce_values, row_width
@@ -83,7 +83,9 @@ def measure(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: flo
         ahead = readahead.lookup(ref_dump, ref, cand_dump, cand, metric, rtol, batch_rows)
         if ahead is not None and not (ahead.token_rows is not None and set_aside(ahead.token_rows)):
             return ahead
-    if not hashed and not keep and realign is None and tuple(batch_rows) == (None, None) and prefetch.idle():
+    mask = masks.candidates(ref.key, ref.dtype, cand.key, cand.dtype)  # read whole, by meaning (masks.py)
+    if not hashed and not keep and realign is None and tuple(batch_rows) == (None, None) and prefetch.idle() \
+            and not mask:
         streamed = _streamed(ref_dump, ref, cand_dump, cand, metric, rtol, set_aside)
         if streamed is not None:
             return streamed
@@ -100,8 +102,13 @@ def measure(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: flo
         if equal_bytes(r, c):  # hashes are the writers' claim: exact only when the data say so too
             return Measured("exact", Metrics(numel=ref.first["numel"]), 0.0, token_rows=token_rows(ref))
         lied = True
+    batches = tuple(recorded_batch(d) if b is not None else None for d, b in zip((ref_dump, cand_dump), batch_rows))
     try:
-        conf = conform(r, c, ref.first, cand.first, *batch_rows)
+        if mask:
+            mk = masks.compare_masks(r, c, ref.first, cand.first, *batch_rows, batches=batches)
+            if mk is not None:
+                return _mask_measured(mk, metric, HASH_LIED if lied else "")
+        conf = conform(r, c, ref.first, cand.first, *batch_rows, batches=batches)
     except ShapeMismatch as e:
         return Measured("shape", note=str(e))
     r, c, td = conf.ref, conf.cand, conf.token_dim
@@ -130,6 +137,34 @@ def measure(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: flo
     if keep:
         out.ref, out.cand = r, c
     return out
+
+
+def _mask_measured(mk: masks.Masks, metric: str, lied: str) -> Measured:
+    """A mask pair's measurement: exact, or inf error (a position masked on one side only)."""
+    m = masks.metrics(mk)
+    note = "; ".join(x for x in (lied, mk.note) if x)
+    return Measured("exact" if not mk.differ else "ok", m, m.error(metric), note)
+
+
+_BATCHES: dict = {}  # (dump path, index rows) -> the batch it recorded
+
+
+def recorded_batch(dump) -> int | None:
+    """The batch ``dump`` ran: the one size its rows' batch dims (``meta.batch_dim``) and flattened
+    batches (``meta.batch``) agree on; None where none is recorded or they disagree."""
+    index = dump.index
+    ident = (str(dump.path), len(index))
+    if ident not in _BATCHES:
+        seen = set()
+        for row in index:
+            meta = row.get("meta") or {}
+            d = meta.get("batch_dim")
+            if d is not None and 0 <= d < len(row["shape"]):
+                seen.add(int(row["shape"][d]))
+            if meta.get("batch"):
+                seen.add(int(meta["batch"]))
+        _BATCHES[ident] = seen.pop() if len(seen) == 1 else None
+    return _BATCHES[ident]
 
 
 def abs_tolerance(ref: Entry, rtol: float) -> float:
