@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from inkling_model.switches import faults
+from inkling_model.switches import faults, forced_tokens
 from inkling_model.layers.context import RequestCache, StepContext
 from inkling_model.layers.kv_cache import KVPool
 
@@ -121,8 +121,11 @@ def generation_loop(prefill, decode, num_requests: int, max_new_tokens: int, eos
     ``active`` (an empty list: a padding step, None back). ``on_step(i, logits [V])`` sees the logits
     each token of request i is picked from; ``any_active(active)`` whether any request of any
     attention-DP group still decodes (default: this rank's). Nothing runs for ``max_new_tokens`` 0.
+    Under ``INKLING_FORCE_TOKENS`` (``run --force-tokens``) each request takes the reference's token
+    instead of its own pick, which is kept as a decision where it differs (switches/forced_tokens.py).
     """
     eos = eos if eos is not None else Eos(None)
+    forced = forced_tokens.active()
     gen = torch.Generator().manual_seed(seed) if temperature else None
     results = [Generation() for _ in range(num_requests)]
     active = list(range(num_requests))
@@ -132,6 +135,8 @@ def generation_loop(prefill, decode, num_requests: int, max_new_tokens: int, eos
     while True:
         if active:
             nxt = pick_tokens(logits, temperature, top_k, gen).tolist()  # [R]
+            if forced is not None:  # teacher-forced: the reference's tokens, the own picks noted where they differ
+                nxt = [forced.take(r, len(results[r].tokens), logits[row], t) for row, (r, t) in enumerate(zip(active, nxt))]
             if on_step is not None:
                 for row, r in enumerate(active):
                     on_step(r, logits[row])

@@ -44,7 +44,9 @@ class DecodedTokens:
                 margins = ", ".join(f"gap {g:.3g} vs move {m:.3g}" for g, m in list(d.margins.values())[:3])
                 row.note = join_notes(row.note, f"decoded token differs for {len(d.changed)} of {n_next} next-step "
                                                 f"row(s) ({kinds}{'; ' + margins if margins else ''}): step "
-                                                f"{step_next}'s rows are set aside")
+                                                f"{step_next}'s rows are set aside (teacher-forced decode keeps "
+                                                "them judged: `inkling-probe run --force-tokens REF_DUMP`, or "
+                                                "inkling_probe.compare.force_tokens for transformers)")
 
     def _fed(self, step: int, label: str, like: Entry, rows) -> bool:
         """Whether the next step was fed the decoded tokens: its first recorded key (the embedding)

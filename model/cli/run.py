@@ -155,6 +155,30 @@ def _check_force_routing(path, impl: str, cuda_graph: bool) -> None:
         raise BadInput(f"--force-routing: {str(e).splitlines()[0]}") from None
 
 
+def _check_force_tokens(path, impl: str, prompts, dp: int, temperature: float, media: bool):
+    """The reference's tokens for ``--force-tokens`` (None without it), checked against this run's
+    prompt; one line, exit 2, when they can't be forced (docs/MODEL.md)."""
+    if not path:
+        return None
+    if impl != "native" or media:
+        raise BadInput("--force-tokens: the native model's text decode (not --impl hf, not --image/--audio)")
+    if len(prompts) != 1 or dp != 1:
+        raise BadInput("--force-tokens: one request (one --tokens or --prompt, no --dp)")
+    if temperature:
+        raise BadInput("--force-tokens feeds the reference's tokens: nothing is sampled (--temperature 0)")
+    from inkling_model.switches.forced_tokens import ForcedTokens
+    from inkling_probe.errors import ProbeError
+
+    if not Path(path).exists():
+        raise BadInput(f"--force-tokens {path}: no such dump")
+    try:
+        forced = ForcedTokens(path)
+        forced.check_prompt(prompts[0])
+    except (OSError, ValueError, ProbeError) as e:
+        raise BadInput(f"--force-tokens: {str(e).splitlines()[0]}") from None
+    return forced
+
+
 def _dtype(name: str):
     import torch
 
@@ -177,9 +201,10 @@ def native_rank(rank: int, world: int, ckpt: str, dtype: str, prompts: list[list
     from inkling_model.plugins.genlog import StepLog
     from inkling_model.model import InklingForCausalLM
     from inkling_model.checkpoint.weights import load_checkpoint
-    from inkling_model.switches import forced_routing
+    from inkling_model.switches import forced_routing, forced_tokens
 
     forced_routing.reset()  # a forced run starts at the reference's first step
+    forced_tokens.reset()  # ... and at its first token, with no decisions yet
     legacy = {k: v for k, v in gen.items() if k in RUNTIME_OPTIONS}  # the old form: model flags in ``gen``
     gen = {k: v for k, v in gen.items() if k not in RUNTIME_OPTIONS}
     opts = {**dict.fromkeys(RUNTIME_OPTIONS, False), "dp": 1, **legacy, **(runtime or {})}
@@ -194,12 +219,28 @@ def native_rank(rank: int, world: int, ckpt: str, dtype: str, prompts: list[list
     model.to(_device(opts["cuda_graph"], rank))
     from inkling_probe.errors import ProbeError
 
+    forced = forced_tokens.active()
+    if forced is not None:  # the reference's embed rows are this checkpoint's embedding of the forced ids
+        try:
+            forced.check_embedding(prompts[0], max_new, lambda ids: _embed(model, ids))
+        except ValueError as e:
+            return {"error": f"--force-tokens: {e}"}
+
     mine = list(range(tp.dp_peers.rank, len(prompts), tp.dp_size))
     steps = StepLog(len(mine))
     try:
         return _record_rank(model, prompts, mine, steps, max_new, eos, dump, gen, opts)
     except ProbeError as e:  # e.g. a filter that recorded nothing: one line from any rank
         return {"error": str(e)}
+
+
+def _embed(model, ids: list[int]):
+    """This model's normed embedding of ``ids`` (numpy ``[n, H]``): what a step fed them records as ``embed``."""
+    import torch
+
+    with torch.no_grad():
+        x = torch.tensor(ids, device=next(model.parameters()).device)
+        return model.embed_norm(model.embed(x)).float().cpu().numpy()
 
 
 def _record_rank(model, prompts, mine, steps, max_new, eos, dump, gen, opts) -> dict:
@@ -225,8 +266,13 @@ def _record_rank(model, prompts, mine, steps, max_new, eos, dump, gen, opts) -> 
             out = rt.generate(own, max_new, eos, request_ids=mine, on_step=steps, **gen)
         else:
             out = generate(model, own, max_new, eos, request_ids=mine, on_step=steps, **gen)
-    return {"responses": [{"id": i, "tokens": o.tokens, "finish_reason": o.finish_reason, "steps": steps.of(k)}
-                          for k, (i, o) in enumerate(zip(mine, out))]}
+    from inkling_model.switches import forced_tokens
+
+    forced = forced_tokens.active()
+    extra = {} if forced is None else {"forced": {"from": forced.path, "source": forced.ref.source,
+                                                  "decisions": forced.decisions}}
+    return {"responses": [{"id": i, "tokens": o.tokens, "finish_reason": o.finish_reason, "steps": steps.of(k),
+                           **extra} for k, (i, o) in enumerate(zip(mine, out))]}
 
 
 def _device(cuda: bool, rank: int):
@@ -333,11 +379,17 @@ def _run(impl, ckpt, tp, dp, dtype, prompts, max_new, eos, dump, gen, runtime=No
               envvar="INKLING_FORCE_ROUTING", show_envvar=True,
               help="The MoE routers take REF_DUMP's top-k ids (layers.N.mlp.topk_idx, native or transformers "
                    "dump), so compare judges a flip-free run exactly (native, eager; same tokens).")
+@click.option("--force-tokens", "force_tokens", type=click.Path(), metavar="REF_DUMP",
+              envvar="INKLING_FORCE_TOKENS", show_envvar=True,
+              help="Teacher-forced decode: every step is fed the token REF_DUMP decoded there (its input ids, or "
+                   "its logits' argmax), so compare judges every decode step; the candidate's own differing "
+                   "picks are printed with their logit margins (native, one request, greedy; eager or graphs).")
 @click.option("--dump", type=click.Path(), help="Dump directory to record into (must not exist).")
 @click.option("--gen-log", type=click.Path(dir_okay=False), metavar="FILE",
               help="Write one JSON line per response (ids, finish reason, per-step top logits) for `health`.")
 def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, dp, max_new_tokens, temperature, top_k, seed,
-            eos, fault, cuda_graph, enforce_eager, allreduce_spec, images, audios, force_routing, dump, gen_log):
+            eos, fault, cuda_graph, enforce_eager, allreduce_spec, images, audios, force_routing, force_tokens, dump,
+            gen_log):
     """Run the model on a checkpoint with recording on; prints the generated tokens."""
     ckpt_dir = Path(ckpt)
     config = _config(ckpt_dir)
@@ -359,16 +411,23 @@ def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, dp, max_new_
     _check_allreduce(allreduce_spec or "")
     _check_outputs(dump, gen_log, impl)
     _check_force_routing(force_routing, impl, cuda_graph)
+    forced = _check_force_tokens(force_tokens, impl, prompts, dp, temperature, bool(images or audios))
     media = None
     if images or audios:  # multimodal: media read and checked now (inkling_model/multimodal/run.py)
         prompts, media = _media(ckpt_dir, prompts, images, audios, dp, cuda_graph or enforce_eager)
     env = {"INKLING_FAULT": fault_text, "INKLING_ALLREDUCE": allreduce_spec or "",
-           "INKLING_FORCE_ROUTING": force_routing or "", **_identity(ckpt_dir)}
+           "INKLING_FORCE_ROUTING": force_routing or "", "INKLING_FORCE_TOKENS": force_tokens or "",
+           **_identity(ckpt_dir)}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # spawned ranks inherit them
     try:
         eos_spec = _resolve_eos(eos, tokenizer, ckpt_dir)
         _check_eos(sorted(eos_spec.ids), config.vocab_size, f"end of sequence from {eos_spec.source}")
+        if forced is not None:
+            try:
+                forced.check_length(max_new_tokens, eos_spec.ids)
+            except ValueError as e:
+                raise BadInput(f"--force-tokens: {e}") from None
         gen = dict(temperature=temperature, top_k=top_k, seed=seed)
         runtime = dict(expert_parallel=expert_parallel, dp=dp, cuda_graph=cuda_graph, enforce_eager=enforce_eager)
         if media is not None:
@@ -387,11 +446,32 @@ def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, dp, max_new_
     if "error" in responses[0]:
         raise BadInput(responses[0]["error"])
     _report(impl, tp, dp, dtype, prompts, eos_spec, fault_text, responses, dump)
+    _report_forced(responses)
     if gen_log:
         from inkling_model.plugins import genlog
 
         genlog.write(gen_log, prompts, responses, max_new_tokens, eos_spec)
         click.echo(f"gen-log: {gen_log}")
+
+
+MAX_DECISION_LINES = 20
+
+
+def _report_forced(responses) -> None:
+    """On stderr: what was forced, and each step where the candidate's own pick differed (a decision
+    with its margin, not an error)."""
+    for r in responses:
+        forced = r.get("forced")
+        if not forced:
+            continue
+        ds = forced["decisions"]
+        click.echo(f"force-tokens: fed {len(r['tokens'])} tokens of {forced['from']} ({forced['source']}); the "
+                   f"candidate's own pick differs at {len(ds)} step(s)", err=True)
+        for d in ds[:MAX_DECISION_LINES]:
+            click.echo(f"force-tokens: step {d['step']}: own {d['own']}, fed {d['forced']} (margin {d['margin']:.4g}: "
+                       "its top logit over its logit for the fed token)", err=True)
+        if len(ds) > MAX_DECISION_LINES:
+            click.echo(f"force-tokens: ... {len(ds) - MAX_DECISION_LINES} more (--gen-log lists each)", err=True)
 
 
 def _media(ckpt_dir: Path, prompts, images, audios, dp: int, runtime: bool):

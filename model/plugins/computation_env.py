@@ -8,7 +8,7 @@ read them.
 """
 from __future__ import annotations
 
-from inkling_model.switches import faults, forced_routing, precision
+from inkling_model.switches import faults, forced_routing, forced_tokens, precision
 
 
 def variables() -> dict[str, str]:
@@ -19,6 +19,7 @@ def variables() -> dict[str, str]:
         "INKLING_ALLREDUCE": "all-reduce strategy (nccl | oneshot | auto, per-module rules): model/allreduce.py",
         precision.ENV: "routed-expert layers kept at reference precision on NVFP4 checkpoints: model/switches/precision.py",
         forced_routing.ENV: "routers take a reference dump's top-k ids (run --force-routing): model/switches/forced_routing.py",
+        forced_tokens.ENV: "decode steps are fed a reference dump's tokens (run --force-tokens): model/switches/forced_tokens.py",
         "INKLING_CUDA_GRAPH": "decode through the runtime with captured CUDA graphs: model/runtime/runtime.py",
         "INKLING_ENFORCE_EAGER": "decode through the runtime eagerly (no capture): model/runtime/runtime.py",
     }

@@ -5,6 +5,10 @@ id included), ``finish_reason`` (``eos``, ``stop``, ``length``), ``max_new_token
 (every id that should have finished it, end id first) and ``eos_source``, and ``steps``: per
 generated token the top logits it was picked from (``top``: [[id, logit], ...], best first) and
 ``nonfinite``, the count of NaN/Inf logits at that step. ``inkling-probe health`` reads it.
+A teacher-forced run (``run --force-tokens REF_DUMP``) adds ``forced_from`` (REF_DUMP), and on each
+step where the candidate's own pick differs from the token it was fed: ``own`` (its pick), ``forced``
+(the reference's token, the one in ``tokens``) and ``margin`` (its top logit minus its logit for the
+forced token): a decision, not an error.
 """
 from __future__ import annotations
 
@@ -44,4 +48,15 @@ def write(path: str, prompts: list[list[int]], responses: list[dict], max_new_to
             line = {"id": r["id"], "prompt": prompts[r["id"]], "tokens": r["tokens"],
                     "finish_reason": r["finish_reason"], "max_new_tokens": max_new_tokens,
                     "eos_ids": eos_ids, "eos_source": eos.source, "steps": r.get("steps", [])}
+            if r.get("forced"):
+                line.update(_forced(line["steps"], r["forced"]))
             f.write(json.dumps(line) + "\n")
+
+
+def _forced(steps: list[dict], forced: dict) -> dict:
+    """``forced_from`` and the steps with the candidate's own differing picks marked (module docstring)."""
+    steps = [dict(s) for s in steps]
+    for d in forced["decisions"]:
+        if d["step"] < len(steps):
+            steps[d["step"]].update(own=d["own"], forced=d["forced"], margin=_num(d["margin"]))
+    return {"forced_from": forced["from"], "steps": steps}
