@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import importlib
 
-NAMES = ("llama", "qwen2_moe", "gpt_neox", "inkling", "late", "multimodal")
+NAMES = ("llama", "qwen2_moe", "gpt_neox", "inkling", "late", "multimodal", "long_qwen3_moe", "long_mixtral",
+         "long_deepseek_v3")
 
 
 def load(names=NAMES) -> dict:

@@ -43,6 +43,7 @@ class Family:
     make_config: Callable  # (**overrides) -> PretrainedConfig
     model_cls: Callable
     mods: dict = field(hash=False)  # name -> Mod (faults and benign plants)
+    tokens: int = TOKENS  # prompt length (the long families' 512 tokens; max_position_embeddings must fit it)
 
 
 def _checkpoint_like(model: torch.nn.Module) -> None:
@@ -74,12 +75,12 @@ def build(family: Family, run: Run) -> torch.nn.Module:
     return model
 
 
-def prompt_ids(vocab: int, prompt: int, batch: int = 1, row: int = 0) -> torch.Tensor:
-    """[batch, TOKENS] token ids; row ``row`` holds prompt ``prompt``, the others other prompts."""
+def prompt_ids(vocab: int, prompt: int, batch: int = 1, row: int = 0, tokens: int = TOKENS) -> torch.Tensor:
+    """[batch, tokens] token ids; row ``row`` holds prompt ``prompt``, the others other prompts."""
     rows = []
     for b in range(batch):
         gen = torch.Generator().manual_seed(1000 + (prompt if b == row else 100 + 7 * b + prompt))
-        rows.append(torch.randint(3, vocab, (TOKENS,), generator=gen))
+        rows.append(torch.randint(3, vocab, (tokens,), generator=gen))
     return torch.stack(rows)
 
 
@@ -101,7 +102,7 @@ def record(family: Family, run: Run, dump: str) -> None:
     sliced = batch > 1 and run.setting("slice", False)  # keep the row that holds the prompt
     with _threads(run.setting("threads", 1)):
         model = build(family, run)
-        ids = prompt_ids(model.config.vocab_size, run.prompt, batch, row)
+        ids = prompt_ids(model.config.vocab_size, run.prompt, batch, row, family.tokens)
         with torch.no_grad(), inkling_probe.record(model, dump, writer="inline",  # honest token dims ("auto")
                                                    batch_row=row if sliced else None):
             _forward(model, ids, run.setting("decode", 0))
