@@ -69,13 +69,16 @@ class Judge:
         row.status = "diverged" if row.score > 1.0 else ("exact" if exact else "ok")
 
     def value(self, row: Row, m: Measured, ctl: Measured | None, *, precision, integer: bool, width: int,
-              reach: np.ndarray | None = None, own: np.ndarray | None = None, aside_note: str = "") -> None:
+              reach: np.ndarray | None = None, own: np.ndarray | None = None, aside_note: str = "",
+              shared=None) -> None:
         """The one row-judging sequence of value rows and expert slots.
 
         ``ctl``: the control's measurement of the same rows (None: no control); ``width``: values per
         token row; ``reach`` ``[n]`` the allowance a changed decision adds to each judged row and
         ``own`` ``[n]`` its share spread over the tensor (compare/reach.py), None where none reaches;
-        ``aside_note``: what the caller set aside, said after the reach."""
+        ``aside_note``: what the caller set aside, said after the reach; ``shared``: set-aside rows
+        both sides reached by the same decisions (compare/shared_decisions.py), judged against the
+        control's error on each."""
         row.metrics, row.error, row.note = m.metrics, m.error, m.note
         row.floor = ctl.error if ctl is not None and ctl.status in ("ok", "exact") else None
         default = self.default(precision, row.depth, integer)
@@ -95,6 +98,33 @@ class Judge:
             self.rows(row, m, ctl, reach, base)
         elif reach is not None and row.threshold > LOOSE * base:  # judged as a whole, loosely
             row.rows_loose = int(m.token_rows or 1)
+        if shared is not None and row.status in ("exact", "ok", "diverged") and width >= MIN_ROW_VALUES:
+            self.shared_rows(row, m, shared, base)
+
+    def shared_rows(self, row: Row, m: Measured, shared, base: float) -> None:
+        """Rows set aside on both sides after the same decisions, each against the control's own
+        error on it (compare/shared_decisions.py); ``base``: the key's allowance before any reach."""
+        dtypes = [row.ref_dtype, row.cand_dtype]
+        scale = m.row_scale[shared.rows] if m.row_scale is not None and len(m.row_scale) > max(shared.rows) else None
+        allow = floor.row_allowance(  # [len(rows)]
+            len(shared.rows), base, self.k, K_ROW, shared.ctl, (), self.minimum(row.depth, dtypes),
+            floor.rounding_allowance(dtypes) if self.metric == "rel_rms" else 0.0, scale)
+        e = shared.cand
+        scores = np.where(allow > 0, e / np.where(allow > 0, allow, 1.0), np.where(e > 0, np.inf, 0.0))
+        row.note = join_notes(row.note, f"{len(shared.rows)} of them judged against the control's own error "
+                                        "there (the same decisions on both sides)")
+        if row.status == "exact" and np.any(e > 0):
+            row.status = "ok"
+        if not scores.size or scores.max() <= max(row.row_score or 0.0, 1.0):
+            row.row_score = max(row.row_score or 0.0, float(scores.max()) if scores.size else 0.0)
+            return
+        bad = [shared.rows[i] for i in np.flatnonzero(scores > 1.0)]
+        row.bad_rows = sorted(set(row.bad_rows or []) | set(bad))
+        row.row_score = float(scores.max())
+        if row.row_score > row.score:
+            row.score = row.row_score
+            row.status = "diverged"
+            row.note = join_notes(row.note, f"rows {bad[:8]} over allowance (judged against the control's)")
 
     def rows(self, row: Row, m: Measured, ctl: Measured | None, reach=None, base: float | None = None) -> None:
         """Token rows judged on their own: a divergence confined to a few rows is not averaged away;

@@ -26,6 +26,7 @@ from inkling_probe.compare.ranks import check_replicated
 from inkling_probe.compare.report import Report, Row
 from inkling_probe.compare.routing import Routing
 from inkling_probe.compare.side import Side
+from inkling_probe.compare.shared_decisions import same_decision_rows
 from inkling_probe.compare.values import is_integer
 from inkling_probe.compare.walk_state import WalkState
 
@@ -131,13 +132,16 @@ class Walker:
         if m.masked:
             self.masks[(p.key, p.step, p.call)] = m.masked
             aside = f"{len(m.masked)} token row(s) set aside (a changed decision's own)"
+        shared = same_decision_rows(s.cand, s.ctl, p.step, m, ctl)
         self.judge.value(row, m, ctl, precision=precision, integer=is_integer(p.ref.dtype), width=width,
-                         reach=reach, own=s.cand.reach.own if reach is not None else None, aside_note=aside)
+                         reach=reach, own=s.cand.reach.own if reach is not None else None, aside_note=aside,
+                         shared=shared)
         s.cand.reach.observe(p.key, p.call, p.step, m.token_rows, width, m.row_errors, m.masked,
                              m.masked_errors, row.diverged, scale)
         if row.status == "diverged" and m.columns is not None and m.row_errors is not None:
             self.spread[(p.key, p.step, p.call)] = relations.spread(m.row_errors, m.columns, row.threshold)
-        coverage.cover(row, token_rows(p.ref), m.token_rows, len(m.masked or []))
+        judged_aside = len(shared.rows) if shared is not None and row.status != "shape" else 0
+        coverage.cover(row, token_rows(p.ref), m.token_rows, len(m.masked or []) - judged_aside)
 
     def _control_measure(self, p: Pair, precision, layer=None) -> Measured | None:
         s = self.state

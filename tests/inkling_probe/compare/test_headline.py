@@ -23,10 +23,11 @@ def _cli(*args):
 @pytest.fixture(scope="module")
 def hunt(tmp_path_factory):
     root = tmp_path_factory.mktemp("seed3")
-    d = {n: str(root / n) for n in ("ck", "ckq", "truth", "ctl", "benign", "amax")}
+    d = {n: str(root / n) for n in ("ck", "ckq", "truth", "truth32", "ctl", "benign", "amax")}
     for args in (["make-checkpoint", "--preset", "tiny", "--seed", "3", d["ck"]],
                  ["make-checkpoint", "--preset", "tiny", "--seed", "3", "--quant", "nvfp4", d["ckq"]],
                  ["run", "--ckpt", d["ck"], "--impl", "hf", "--dtype", "bf16", "--tokens", TOKENS, "--dump", d["truth"]],
+                 ["run", "--ckpt", d["ck"], "--impl", "hf", "--dtype", "fp32", "--tokens", TOKENS, "--dump", d["truth32"]],
                  ["run", "--ckpt", d["ckq"], "--dtype", "bf16", "--tokens", TOKENS, "--dump", d["ctl"]],
                  ["run", "--ckpt", d["ckq"], "--dtype", "bf16", "--tp", "2", "--tokens", TOKENS, "--dump", d["benign"]],
                  ["run", "--ckpt", d["ckq"], "--dtype", "bf16", "--tp", "2", "--tokens", TOKENS,
@@ -48,3 +49,13 @@ def test_raw_amax_is_still_found_at_the_first_nvfp4_experts(hunt):
     code, out = _cli("compare", hunt["truth"], hunt["amax"], "--control", hunt["ctl"], "--map", "hf_inkling", "--json")
     doc = json.loads(out)
     assert code == 1 and doc["culprit"]["key"] == "layers.3.mlp.experts"
+
+
+def test_the_correct_run_as_its_own_control_is_checked_whole(hunt):
+    """NVFP4 TP=1 against transformers' fp32 with itself as the control: the rows its routing flips
+    set aside are the control's flips too, judged against the control's own error (issue 41: it
+    exited 1, "could not check 8 row(s)" at layer 5)."""
+    code, out = _cli("compare", hunt["truth32"], hunt["ctl"], "--control", hunt["ctl"], "--map", "hf_inkling", "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["culprit"] is None and not doc.get("unchecked"), doc.get("unchecked")
+    assert doc["coverage"]["rows_judged"] == doc["coverage"]["rows_recorded"]
