@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib
 
 NAMES = ("llama", "qwen2_moe", "gpt_neox", "inkling", "late", "multimodal", "long_qwen3_moe", "long_mixtral",
-         "long_deepseek_v3")
+         "long_deepseek_v3", "decode_llama", "decode_moe")
 
 
 def load(names=NAMES) -> dict:

@@ -99,9 +99,22 @@ def _first_seqs(entries_: dict) -> dict[tuple[str, int], int]:
     return out
 
 
+INDEX_OF = ("in", "out")  # a number after these is an input/output index, never a layer (``lm_head.in.0``)
+CONTAINERS = ("layers", "layer", "h", "blocks", "block", "blk")  # ``model.layers.3``: a layer's own output
+
+
 def layer_of(key: str) -> int | None:
-    """The layer number of a dotted key: its first all-digit component (``layers.3.attn.q`` -> 3)."""
-    for part in key.split("."):
-        if part.isdigit():
-            return int(part)
+    """The layer number of a dotted key: its first all-digit component (``layers.3.attn.q`` -> 3),
+    except an input/output index (``lm_head.in.0``, ``norm.out.1``) and a last component that is a
+    module's tuple output (``model.rotary_emb.0``) rather than a layer container's entry."""
+    parts = key.split(".")
+    for i, part in enumerate(parts):
+        if not part.isdigit():
+            continue
+        before = parts[i - 1] if i else ""
+        if before in INDEX_OF:
+            continue
+        if i == len(parts) - 1 and before not in CONTAINERS:
+            continue
+        return int(part)
     return None
