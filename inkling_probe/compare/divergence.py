@@ -31,6 +31,12 @@ control the allowance is K x the control's error at the key, so an op that ampli
 error (a renormalisation, a softmax) amplifies the control's error alike: its jump stays ~1 and
 it is not blamed.
 
+A step fed another token at every token row (a different decoded token, compare/decoded.py) is the
+consequence of that decision, not a birth: when the logits row that decoded it is tainted or born (or
+its own step was itself so fed), every row of the step has that origin as a feeder and none is born
+there, not even as independent (its rows are set aside; this holds should one still diverge). One
+fault, one culprit, however many steps its tokens part. A benign near-tie change has no origin.
+
 Where the feeders are guessed, a diverged row whose error holds an exact relation to the reference
 (constant ratio, permutation, rows or channels confined) that none of its tainted feeders shows is its
 own culprit, whatever its jump (``born = "own_relation"``, compare/relations.py: it reads data, so
@@ -79,13 +85,15 @@ def feeders_of(rows: list[Row]):
 def attribute(rows: list[Row]) -> None:
     """Fill ``feeders``, ``score_in``, ``jump`` and ``born`` of rows in execution order."""
     origin: dict[int, Row] = {}  # id(tainted row) -> the row where its error was born
+    fed: dict[int, Row] = {}  # step whose every token row was fed another token -> that token's origin
     for row, feeders in feeders_of(rows):
         row.feeders = [f.key for f in feeders][-8:]
         row.score_in = max((f.score for f in feeders if f.status != "skipped"), default=0.0)
         row.jump = _jump(row.score, row.score_in)
-        sources = [origin[id(f)] for f in feeders if id(f) in origin]
+        token = fed.get(row.step)
+        sources = ([token] if token else []) + [origin[id(f)] for f in feeders if id(f) in origin]
         dirty = bool(sources)
-        row.born = _born(row, dirty)
+        row.born = _born(row, dirty, other_token=token is not None)
         if row.born:
             origin[id(row)] = row
         elif dirty and (row.diverged or max(row.score, getattr(row, "carry_score", None) or 0.0) >= DECAY):
@@ -94,6 +102,18 @@ def attribute(rows: list[Row]) -> None:
                 sources[-1].born = "below_allowance"  # the birth this divergence leads back to
         elif not dirty and row.score >= ORIGIN_MIN and row.score >= RISE * row.score_in and not row.decision:
             origin[id(row)] = row  # a sub-allowance birth: a culprit once something it feeds diverges
+        _decoded(row, origin.get(id(row)) or token, fed)
+
+
+def _decoded(row: Row, src: Row | None, fed: dict) -> None:
+    """A logits row that fed every token row of the next step another token (``row.decodes``,
+    compare/decoded.py): that step is the consequence of ``src`` (where this row's error was born, or
+    the origin of the other token this row's own step was fed); none when the change is benign."""
+    decodes = getattr(row, "decodes", None)
+    if decodes and src is not None:
+        step_next, n_next, changed = decodes
+        if len(changed) >= n_next:
+            fed[step_next] = src
 
 
 def _parents(key: str) -> list[str]:
@@ -112,14 +132,14 @@ def _jump(score: float, score_in: float) -> float:
     return score / den
 
 
-def _born(row: Row, dirty: bool) -> str:
+def _born(row: Row, dirty: bool, other_token: bool = False) -> str:
     if not row.diverged:
         return ""
     if row.decision and (dirty or not row.clear_flips):
         return ""
     if not dirty:
         return "clean_inputs"
-    if row.jump >= INDEPENDENT:
+    if row.jump >= INDEPENDENT and not other_token:
         return "independent"
     return ""
 

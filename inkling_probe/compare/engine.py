@@ -10,7 +10,7 @@ largest tensor, not the dump.
 """
 from __future__ import annotations
 
-from inkling_probe.compare import coverage, divergence, floor, parallel, relations
+from inkling_probe.compare import boundary, coverage, divergence, floor, parallel, relations
 from inkling_probe.compare import steps as decode_steps
 from inkling_probe.compare.align import align, entries
 from inkling_probe.compare.report import Report
@@ -95,6 +95,7 @@ def _compare(ref, cand, control=None, *, name_map=None, metric: str = "rel_rms",
     decode_steps.link_cache(report.rows)
     divergence.attribute(report.rows)
     relations.mark(report, dumps, ents, walker)  # own culprits among rows whose feeders are guessed
+    boundary.mark(report, dumps)  # one modality's view: error carried in from the rows it leaves out
     divergence.attribute(report.control_rows)
     report.first_divergence = divergence.first_divergence(report.rows)
     report.culprits = divergence.culprits(report.rows) or divergence.culprits(report.control_rows)

@@ -125,8 +125,9 @@ def split_line(report, spans: list) -> str | None:
         return ", ".join(parts + [f"born at the fusion ({FUSED})"])
     parts.append("fused stream clean")
     culprit = report.culprit
-    if culprit is None:
-        return ", ".join(parts + ["decoder clean"])
+    if culprit is None:  # a view's rows can diverge by what they mix in from the rows it leaves out (boundary.py)
+        return ", ".join(parts + ["decoder diverged, no birth there (see the notes)" if any(_diverged(r) for r in rows)
+                                  else "decoder clean"])
     where = "the decoder" if tower_kind(culprit.key) is None else TOWER_NAMES[tower_kind(culprit.key)]
     return ", ".join(parts + [f"born in {where} at {culprit.key}" + (f" step {culprit.step}" if culprit.step else "")])
 
@@ -177,7 +178,7 @@ class RowsView(Dump):
     """A dump restricted to one modality's token rows (module docstring). Built by :func:`view`."""
 
     def _restrict(self, kind: str, spans_of: dict) -> None:
-        self._kind, self._select = kind, {}
+        self._kind, self._select, self._spans_of = kind, {}, spans_of
         keep = []
         for r in self._rows:
             got = spans_of.get(r["step"])
@@ -213,6 +214,24 @@ class RowsView(Dump):
         full = [self._orig[(r["key"], r["step"], r["call"], r["rank"])] for r in rows]  # as stored
         return np.take(Dump._assemble(self, key, full), sel, axis=d)
 
+    # -- the whole stream, for what crosses the boundary (compare/boundary.py) -----------------------
+    @property
+    def kind(self) -> str:
+        return self._kind
+
+    def layout_of(self, step: int) -> tuple[list, int] | None:
+        """(media spans, stream rows) of ``step`` (this view's own or the other side's)."""
+        return self._spans_of.get(step)
+
+    def stream(self, key: str, step: int = 0, call: int = 0) -> tuple[np.ndarray, int] | None:
+        """(every stream row of a kept key, its token dim), or None for a key not kept (a tower's)."""
+        if (key, step) not in self._select or tower_kind(key) is not None:
+            return None
+        full = sorted(self._orig_by.get((key, step, call), []), key=lambda r: r["rank"])
+        if not full:
+            return None
+        return Dump._assemble(self, key, full), self._select[(key, step)][0]
+
 
 def view(dump: Dump, kind: str, fallback: Dump | None = None) -> RowsView:
     """``dump`` restricted to modality ``kind``'s rows (ProbeError when no layout is recorded).
@@ -232,6 +251,9 @@ def view(dump: Dump, kind: str, fallback: Dump | None = None) -> RowsView:
     v = object.__new__(RowsView)
     v.__dict__.update(dump.__dict__)
     v._orig = {(r["key"], r["step"], r["call"], r["rank"]): r for r in dump._rows}
+    v._orig_by = {}
+    for r in dump._rows:
+        v._orig_by.setdefault((r["key"], r["step"], r["call"]), []).append(r)
     v._restrict(kind, spans_of)
     v.path = f"{dump.path}#rows={kind}"
     return v

@@ -47,6 +47,7 @@ class Row:
     reach: float = 0.0  # the largest allowance a changed decision added to a row here (reach.py)
     carry_score: float | None = None  # the score without that reach (keeps an upstream error's taint)
     cache_feeders: list = field(default_factory=list)  # (key, step, call) of earlier steps it reads (decode)
+    decodes: tuple | None = None  # logits: (next step, its token rows, rows fed another token) (decoded.py)
 
     @property
     def diverged(self) -> bool:
@@ -118,9 +119,10 @@ class Report(ReportViews):
     @property
     def unchecked(self) -> list[Row]:
         """Rows that could not be checked (unreadable, not comparable, too few rows judged) and are
-        not downstream of the top culprit: the CLI exits 1 when any exists (docs/COMPARE.md, exit
-        codes); :attr:`unchecked_reason` says why in one line."""
-        after = _after(self.rows, self.culprit)
+        not downstream of the top culprit (or, with none, of the first divergence: error carried in
+        from rows a modality view leaves out, compare/boundary.py): the CLI exits 1 when any exists
+        (docs/COMPARE.md, exit codes); :attr:`unchecked_reason` says why in one line."""
+        after = _after(self.rows, self.culprit or self.first_divergence)
         return [r for r in self.rows + self.control_rows if r.unchecked and id(r) not in after]
 
     @property

@@ -3,8 +3,10 @@
 - **Cache feeders.** A decode step's attention and short convs read what earlier steps wrote into
   the KV cache and conv state of the same layer. Each row of layer ``i`` at a step gets, as extra
   feeders, the rows of layer ``i`` at the first recorded step (the prefill) and at the step just
-  before: an error carried by the cache is then inherited (its row is tainted through them), not
-  born again at every decode step. One fault, one culprit, however many steps are recorded.
+  before, and the layer's worst row (largest score) of any step before: an error carried by the
+  cache is then inherited (its row is tainted through them), not born again at every decode step,
+  however many steps after it a step reads it (attention of step 6 peaked on what step 2 wrote
+  there: it was an 'independent' culprit). One fault, one culprit, however many steps are recorded.
 - **Decoded tokens.** The token a step feeds forward is a decision: ``argmax`` of the logits'
   rows that decode from (the last row when the next step runs one token; every row when the next
   step runs as many). A different decoded token is classified like a routing flip, against the
@@ -27,10 +29,12 @@ OTHER_TOKEN = 0.5  # the next step's first key differs on a row by this much (re
 
 def link_cache(rows) -> None:
     """Fill ``row.cache_feeders`` (module docstring) for rows of layered keys in later steps."""
-    by_step: dict[int, dict[int, list]] = {}
+    by_step: dict[int, dict[int, list]] = {}  # step -> layer -> [(score, ident)]
     steps: list[int] = []  # in order of first appearance
     seen: set = set()
     rising = True  # steps appeared in increasing order (the usual case: a bisection, not a scan)
+    worst: dict[int, tuple] = {}  # layer -> (score, ident) of its worst row in the steps before the current one
+    now: dict[int, tuple] = {}  # the same, in the latest step
     for r in rows:
         if r.layer is None:
             continue
@@ -38,11 +42,38 @@ def link_cache(rows) -> None:
             rising = rising and (not steps or r.step > steps[-1])
             steps.append(r.step)
             seen.add(r.step)
+            for layer, w in now.items():
+                worst[layer] = _worse(worst.get(layer), w)
+            now = {}
         earlier = _earlier(steps, r.step, rising)
         if earlier:
             picked = {earlier[0], earlier[-1]}
-            r.cache_feeders = [x for s in sorted(picked) for x in by_step.get(s, {}).get(r.layer, [])]
-        by_step.setdefault(r.step, {}).setdefault(r.layer, []).append((r.key, r.step, r.call))
+            r.cache_feeders = [x for s in sorted(picked) for _, x in by_step.get(s, {}).get(r.layer, [])]
+            latest = rising and r.step == steps[-1]
+            w = worst.get(r.layer) if latest else _worst_before(by_step, r.step, r.layer)
+            if w is not None and w[1] not in r.cache_feeders:
+                r.cache_feeders.append(w[1])
+        item = (float(getattr(r, "score", 0.0) or 0.0), (r.key, r.step, r.call))
+        by_step.setdefault(r.step, {}).setdefault(r.layer, []).append(item)
+        if r.step == steps[-1]:
+            now[r.layer] = _worse(now.get(r.layer), item)
+        else:  # a step before the latest one, seen again
+            worst[r.layer] = _worse(worst.get(r.layer), item)
+
+
+def _worse(a: tuple | None, b: tuple) -> tuple:
+    """The ``(score, ident)`` with the larger score (the first on a tie)."""
+    return b if a is None or b[0] > a[0] else a
+
+
+def _worst_before(by_step: dict, step: int, layer) -> tuple | None:
+    """The layer's worst ``(score, ident)`` in the steps below ``step`` (steps not rising: a scan)."""
+    out = None
+    for s, layers in by_step.items():
+        if s < step:
+            for item in layers.get(layer, []):
+                out = _worse(out, item)
+    return out
 
 
 def _earlier(steps: list[int], step: int, rising: bool) -> list[int]:

@@ -45,17 +45,19 @@ def test_recorded_inputs_index_matches_the_prefix_rule():
 
 def test_cache_feeders_by_bisection_match_the_scan():
     """steps.link_cache finds the first and the last earlier step by bisection when steps rise (it
-    scanned every earlier step a row: quadratic over a long run); any order gives the scan's answer."""
+    scanned every earlier step a row: quadratic over a long run), and the layer's worst earlier row by a
+    running maximum; any order gives the scan's answer."""
     import random
 
     from inkling_probe.compare import steps
 
     class R:
-        def __init__(self, i, step, layer):
+        def __init__(self, i, step, layer, score):
             self.key, self.step, self.call, self.layer, self.cache_feeders = f"k{i}", step, 0, layer, []
+            self.score = score
 
-    def scan(rows):  # the definition: the first and the last step seen before, among those below
-        order, by = [], {}
+    def scan(rows):  # the definition: the first and the last step seen before, among those below, and
+        order, by = [], {}  # the layer's highest-scoring row of any step below (the first seen on a tie)
         for r in rows:
             if r.layer is None:
                 continue
@@ -63,15 +65,22 @@ def test_cache_feeders_by_bisection_match_the_scan():
                 order.append(r.step)
             earlier = [s for s in order if s < r.step]
             if earlier:
-                r.cache_feeders = [x for s in sorted({earlier[0], earlier[-1]}) for x in by.get(s, {}).get(r.layer, [])]
-            by.setdefault(r.step, {}).setdefault(r.layer, []).append((r.key, r.step, r.call))
+                picked = sorted({earlier[0], earlier[-1]})
+                r.cache_feeders = [x.ident for s in picked for x in by.get(s, {}).get(r.layer, [])]
+                below = [x for s in earlier for x in by.get(s, {}).get(r.layer, [])]
+                if below:
+                    worst = max(below, key=lambda x: x.score).ident
+                    r.cache_feeders += [] if worst in r.cache_feeders else [worst]
+            r.ident = (r.key, r.step, r.call)
+            by.setdefault(r.step, {}).setdefault(r.layer, []).append(r)
 
     rnd = random.Random(0)
     for trial in range(200):
-        spec = [(rnd.randint(0, 8), rnd.choice([None, 0, 1])) for _ in range(rnd.randint(1, 40))]
+        spec = [(rnd.randint(0, 8), rnd.choice([None, 0, 1]), rnd.choice([0.0, 0.5, 2.0, rnd.random() * 9]))
+                for _ in range(rnd.randint(1, 40))]
         if trial % 2:
             spec.sort(key=lambda x: x[0])
-        a, b = [R(i, s, l) for i, (s, l) in enumerate(spec)], [R(i, s, l) for i, (s, l) in enumerate(spec)]
+        a, b = [R(i, *x) for i, x in enumerate(spec)], [R(i, *x) for i, x in enumerate(spec)]
         scan(a)
         steps.link_cache(b)
         assert [x.cache_feeders for x in a] == [x.cache_feeders for x in b]
