@@ -69,7 +69,8 @@ class _Capture:
     def layout(self, t: torch.Tensor) -> tuple[int | None, dict]:
         """(token_dim, meta) of one tensor: the recorded honest token dim of ``token_dim="auto"``.
 
-        ``[B, T, ...]`` -> dim 1 (batch dim 0); ``[B, heads, T, ...]`` -> dim 2; ``[B*T, ...]``
+        ``[B, T, ...]`` -> dim 1 (batch dim 0); ``[B, heads, T, ...]`` -> dim 2 (not ``[B, 1, X]``: one
+        row of width X, which equals T by chance); ``[B*T, ...]``
         (tokens flattened, as MoE internals are) -> dim 0 with ``batch`` = B; ``[X, B*T, ...]`` (X
         experts' work stacked, as transformers' shared experts run) -> dim 1 with ``batch`` = B;
         anything else has no token dim (never sliced, compared as a whole)."""
@@ -83,8 +84,8 @@ class _Capture:
         s = tuple(t.shape)
         if len(s) >= 2 and s[0] == b and s[1] == n:
             return 1, {"batch_dim": 0}
-        if len(s) >= 3 and s[0] == b and s[2] == n:
-            return 2, {"batch_dim": 0}
+        if len(s) >= 3 and s[0] == b and s[2] == n and (len(s) >= 4 or s[1] > 1):
+            return 2, {"batch_dim": 0}  # [B, 1, X] is one row of X (lm_head's input under generate), not [B, 1, T]
         if s[0] == b * n:
             return 0, ({"batch": b} if b > 1 else {})
         if len(s) >= 3 and s[1] == b * n:  # [X, B*T, ...]: stacked per-expert work (shared experts run as one)

@@ -90,14 +90,22 @@ class Reach:
             if (step, int(t)) not in known:
                 self.flips.append(Flip(int(t), step, layer, n_rows, kind))
 
-    def aside(self, step: int, layer, n: int) -> list[int]:
-        """Token rows set aside at a key of ``step``/``layer`` with ``n`` token rows."""
-        return sorted({f.token for f in self.flips if f.step == step and f.n_rows == n and f.token < n})
+    def aside(self, step: int, layer, n: int, offset: int = 0) -> list[int]:
+        """Token rows set aside at a key of ``step``/``layer`` with ``n`` token rows (``offset``: the
+        token of its first row, for a key holding the step's last rows: compare/tail_rows.py)."""
+        full = n + offset
+        return sorted({f.token - offset for f in self.flips
+                       if f.step == step and f.n_rows == full and offset <= f.token < full})
 
     def allowance(self, key: str, call: int, step: int, layer, n: int, width: int,
-                  scale: float = 0.0) -> np.ndarray | None:
+                  scale: float = 0.0, offset: int = 0) -> np.ndarray | None:
         """``[n]`` the reach bound per token row (0 where no flip reaches), None when none does;
-        ``scale``: the key's average row norm (the reference's rms x sqrt(width))."""
+        ``scale``: the key's average row norm (the reference's rms x sqrt(width)); ``offset``: the
+        token of the key's first row (a key holding the step's last rows)."""
+        if offset:
+            out = self.allowance(key, call, step, layer, n + offset, width, scale)
+            self.own = self.own[offset:]
+            return out[offset:] if out is not None and out[offset:].any() else None
         out, own = np.zeros(n), np.zeros(n)
         mixing = self.mixes(key)
         for f in self.flips:
@@ -163,10 +171,12 @@ class Reach:
         return np.maximum(last, near) if len(last) == n and len(near) == n else None
 
     def observe(self, key: str, call: int, step: int, n: int | None, width: int, row_errors, masked,
-                masked_errors, diverged: bool = False, scale: float = 0.0) -> None:
+                masked_errors, diverged: bool = False, scale: float = 0.0, offset: int = 0) -> None:
         """Record every row's own error at this key (after its allowance was taken), the set-aside
         rows' included. A diverged key records nothing: its error is not the decision's, and what it
-        carries must stay judged downstream (else a fault would widen its consequences' allowance)."""
+        carries must stay judged downstream (else a fault would widen its consequences' allowance).
+        ``offset``: the token of the key's first row (the step's last rows: the earlier rows keep what
+        the last key of the width recorded)."""
         if n is None or diverged or not any(f.step <= step for f in self.flips):
             return
         e = np.zeros(n) if row_errors is None or len(row_errors) != n else np.array(row_errors, np.float64)
@@ -174,6 +184,12 @@ class Reach:
             if t < n:
                 e[t] = v
         e = np.where(np.isfinite(e), e, 0.0)
+        if offset:
+            before = self.inputs.get((step, width), (None, {}))[0]
+            full = np.array(before, np.float64) if before is not None and len(before) == n + offset \
+                else np.zeros(n + offset)
+            full[offset:] = e
+            e, n = full, n + offset
         _, by_scale = self.inputs.get((step, width), (None, {}))
         by_scale[_bucket(scale)] = e
         self.inputs[(step, width)] = (e, by_scale)

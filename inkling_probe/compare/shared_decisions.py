@@ -30,17 +30,17 @@ class SharedRows:
     ctl: np.ndarray  # [len(rows)] the control's
 
 
-def same_decision_rows(cand: Side, ctl: Side, step: int, m, c) -> SharedRows | None:
+def same_decision_rows(cand: Side, ctl: Side, step: int, m, c, offset: int = 0) -> SharedRows | None:
     """The rows the candidate's measurement ``m`` and the control's ``c`` both set aside after the
-    same decisions (module docstring), or None."""
+    same decisions (module docstring), or None; ``offset``: the token of the key's first row."""
     if c is None or not m.masked or not c.masked or m.masked_errors is None or c.masked_errors is None:
         return None
     if m.token_rows != c.token_rows:
         return None
     token_kind = {f.token for side in (cand, ctl) for f in side.reach.flips if f.step == step and f.kind == "token"}
     ctl_err = dict(zip(c.masked, c.masked_errors))
-    keep = [(t, e) for t, e in zip(m.masked, m.masked_errors) if t in ctl_err and t not in token_kind
-            and _same_ids(cand, ctl, step, t)]
+    keep = [(t, e) for t, e in zip(m.masked, m.masked_errors) if t in ctl_err and t + offset not in token_kind
+            and _same_ids(cand, ctl, step, t + offset)]
     if not keep:
         return None
     rows = [t for t, _ in keep]

@@ -37,9 +37,10 @@ class Side:
         self.precision = floor.coarsest(self.precision, *running)
         return layer, len(seen), floor.coarsest(self.precision, *dtypes)
 
-    def set_aside(self, step: int, layer=None):
-        """``n -> rows``: the changed tokens' own rows (set aside after their decision, in its step)."""
-        return lambda n: self.reach.aside(step, layer, n) or None
+    def set_aside(self, step: int, layer=None, offset: int = 0):
+        """``n -> rows``: the changed tokens' own rows (set aside after their decision, in its step);
+        ``offset``: the token of the key's first row (compare/tail_rows.py)."""
+        return lambda n: self.reach.aside(step, layer, n, offset) or None
 
     def changed_in(self, step: int) -> tuple[int | None, set]:
         return self.aside.get(step, (None, set()))

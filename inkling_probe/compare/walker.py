@@ -27,6 +27,7 @@ from inkling_probe.compare.report import Report, Row
 from inkling_probe.compare.routing import Routing
 from inkling_probe.compare.side import Side
 from inkling_probe.compare.shared_decisions import same_decision_rows
+from inkling_probe.compare.tail_rows import Tail, TailRows, as_rows
 from inkling_probe.compare.values import is_integer
 from inkling_probe.compare.walk_state import WalkState
 
@@ -50,6 +51,7 @@ class Walker:
         self.routing = Routing(self.state, self.judge)
         self.experts = ExpertRows(self.state, self.judge)
         self.decoded = DecodedTokens(self.state)
+        self.tails = TailRows()  # keys holding their step's last token rows (tail_rows.py)
         self.masks: dict[tuple, list[int]] = {}  # (key, step, call) -> rows set aside in the candidate
         self.spread: dict[tuple, bool] = {}  # (key, step, call) of a diverged row measured with its columns
         # -> its divergence is on more than half the indices of every dim (compare/relations.py)
@@ -120,30 +122,41 @@ class Walker:
     # -- float (and plain integer) keys ---------------------------------------------------------
     def _value_row(self, row: Row, p: Pair, precision) -> None:
         s = self.state
-        m = measure(s.dumps["reference"], p.ref, s.dumps["candidate"], p.cand, self.metric,
-                    floor.base_threshold(precision), s.cand.set_aside(p.step, row.layer), s.batch_rows,
-                    realign=self.routing.realigner(p, s.cand))
-        ctl = self._control_measure(p, precision, row.layer)
+        tail = self._tail(p)  # the step's last token rows only (lm_head under generate): tail_rows.py
+        off = tail.offset if tail is not None else 0
+        ref_e, cand_e = (as_rows(p.ref, tail), as_rows(p.cand, tail)) if tail is not None else (p.ref, p.cand)
+        m = measure(s.dumps["reference"], ref_e, s.dumps["candidate"], cand_e, self.metric,
+                    floor.base_threshold(precision), s.cand.set_aside(p.step, row.layer, off), s.batch_rows,
+                    keep=tail is not None, realign=self.routing.realigner(p, s.cand))
+        ctl = self._control_measure(p, precision, row.layer, tail)
         width = int(np.prod(p.ref.global_shape())) // max(m.token_rows or 1, 1)
         scale = float(p.ref.first.get("rms") or 0.0) * float(np.sqrt(max(width, 1)))  # an average row's norm
-        reach = s.cand.reach.allowance(p.key, p.call, p.step, row.layer, m.token_rows, width, scale) \
+        reach = s.cand.reach.allowance(p.key, p.call, p.step, row.layer, m.token_rows, width, scale, off) \
             if m.token_rows else None
         aside = ""
         if m.masked:
             self.masks[(p.key, p.step, p.call)] = m.masked
             aside = f"{len(m.masked)} token row(s) set aside (a changed decision's own)"
-        shared = same_decision_rows(s.cand, s.ctl, p.step, m, ctl)
+        shared = same_decision_rows(s.cand, s.ctl, p.step, m, ctl, off)
         self.judge.value(row, m, ctl, precision=precision, integer=is_integer(p.ref.dtype), width=width,
                          reach=reach, own=s.cand.reach.own if reach is not None else None, aside_note=aside,
                          shared=shared)
         s.cand.reach.observe(p.key, p.call, p.step, m.token_rows, width, m.row_errors, m.masked,
-                             m.masked_errors, row.diverged, scale)
+                             m.masked_errors, row.diverged, scale, off)
+        self.tails.seen(p, tail, m.token_dim, m.token_rows)
         if row.status == "diverged" and m.columns is not None and m.row_errors is not None:
             self.spread[(p.key, p.step, p.call)] = relations.spread(m.row_errors, m.columns, row.threshold)
         judged_aside = len(shared.rows) if shared is not None and row.status != "shape" else 0
-        coverage.cover(row, token_rows(p.ref), m.token_rows, len(m.masked or []) - judged_aside)
+        coverage.cover(row, token_rows(ref_e), m.token_rows, len(m.masked or []) - judged_aside)
 
-    def _control_measure(self, p: Pair, precision, layer=None) -> Measured | None:
+    def _tail(self, p: Pair) -> Tail | None:
+        """Pair ``p``'s rows as the last tokens of a step with a changed decision (tail_rows.py)."""
+        s = self.state
+        n = next((f.n_rows for side in (s.cand, s.ctl) for f in side.reach.flips
+                  if f.step == p.step and f.kind == "routing"), None)
+        return self.tails.find(s.dumps["reference"], p, n, not s.cand.reach.mixes(p.key))
+
+    def _control_measure(self, p: Pair, precision, layer=None, tail: Tail | None = None) -> Measured | None:
         s = self.state
         ctl = s.ctl_entry(p)
         if ctl is None:
@@ -153,9 +166,11 @@ class Walker:
         s.ctl.advance(p.key, p.step, [p.ref.dtype, ctl.dtype])
         if self._not_comparable(p, s.ctl, "control"):
             return None
-        return measure(s.dumps["reference"], p.ref, s.dumps["control"], ctl, self.metric,
-                       floor.base_threshold(precision), s.ctl.set_aside(p.step, layer), (s.batch_rows[0], None),
-                       realign=self.routing.realigner(p, s.ctl))
+        ref_e = as_rows(p.ref, tail) if tail is not None else p.ref
+        ctl_e = as_rows(ctl, tail) if tail is not None else ctl
+        return measure(s.dumps["reference"], ref_e, s.dumps["control"], ctl_e, self.metric,
+                       floor.base_threshold(precision), s.ctl.set_aside(p.step, layer, tail.offset if tail else 0),
+                       (s.batch_rows[0], None), keep=tail is not None, realign=self.routing.realigner(p, s.ctl))
 
     # -- keys only the control and the candidate hold ------------------------------------------
     def control_only_rows(self) -> list[Row]:

@@ -25,14 +25,16 @@ def _norm(x, w):
 
 
 def run(tokens, *, tie=None, flip=False, fault=None, noise=0.0, decode=0, seed=0, noise_seed=1, tie_step=0,
-        forced=None, dispatch=None, expert_fault=None):
+        forced=None, dispatch=None, expert_fault=None, tail_head=False):
     """Steps of (key, tensor[, kwargs]). ``tie=(layer, token)``: that token's 2nd and 3rd expert
     scores are 1e-6 apart (at step ``tie_step``); ``flip``: a noise-sized move swaps them; ``fault=(key, step, rows, fn)``:
     ``fn`` applied to those rows of that key; ``noise``: relative noise on every recorded float;
     ``dispatch``: also record every slot's expert output as ``mlp.experts.act_in`` in an expert
     layout (``"loop"``: one call per hit expert, rows slot-major as transformers' loop; ``"flat"``:
     one call of ``T*k`` rows in token order); ``expert_fault=(layer, expert, scale)``: that expert's
-    output scaled (inside the experts: only the per-slot key and the sum see it)."""
+    output scaled (inside the experts: only the per-slot key and the sum see it); ``tail_head``: also
+    record the LM head on the last row only, as transformers' generate runs it (``lm_head.in.0``
+    ``[1, 1, H]``, ``lm_head`` ``[1, 1, V]``, no token dim)."""
     w = _weights(seed)
     g = torch.Generator().manual_seed(noise_seed)
     cache = [[] for _ in range(LAYERS)]  # per layer: rows of v written so far
@@ -85,6 +87,9 @@ def run(tokens, *, tie=None, flip=False, fault=None, noise=0.0, decode=0, seed=0
             ex = torch.stack([sum(slot(t, e) for e in idx[t].tolist()) for t in range(h.shape[0])])
             ex = rec(f"{p}.mlp.experts", ex / 8)
             h = rec(f"{p}.resid", h + ex)
+        if tail_head:
+            last = rec("lm_head.in.0", h[-1:].unsqueeze(0), token_dim=None)  # [1, 1, H]
+            rec("lm_head", last @ w["head"], token_dim=None)  # [1, 1, V]
         lg = rec("logits", h @ w["head"])
         steps.append(out)
         nxt = int(torch.argmax(lg[-1])) if forced is None or step >= len(forced) else forced[step]  # teacher-forced
