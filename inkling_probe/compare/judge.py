@@ -24,7 +24,8 @@ from inkling_probe.compare import floor
 from inkling_probe.compare.measure import Measured
 from inkling_probe.compare.report import Row, join_notes, score_of
 
-K_ROW = 3.0  # a token row diverges past K_ROW x its allowance (rows fluctuate more than tensors)
+K_ROW = 3.0  # a token row diverges past K_ROW x its allowance (rows fluctuate more than tensors); a key
+# of one token row (a decode step's) is that row, and gets its row's allowance (unless the user set one)
 MIN_ROW_VALUES = 16  # rows narrower than this are too noisy to judge alone (top-k weights, gammas)
 LOOSE = 3.0  # a row allowed more than LOOSE x its allowance without a changed decision's reach is judged
 # loosely: a fault smaller than that reach would not show there (coverage counts it; the verdict says so)
@@ -84,6 +85,9 @@ class Judge:
         default = self.default(precision, row.depth, integer)
         minimum = self.minimum(row.depth, [row.ref_dtype, row.cand_dtype, precision])  # inputs' rounding too
         row.threshold = base = self.allowance(row.floor, default, minimum)
+        if self.user is None and m.token_rows == 1 and width >= MIN_ROW_VALUES and m.row_errors is not None \
+                and len(m.row_errors) == 1:  # one token row (a decode step's) fluctuates as a row, not a tensor
+            row.threshold = max(row.threshold, float(self._row_allowance(row, m, ctl, base)[0]))
         if reach is not None:
             row.reach = float(reach.max())
             row.carry_score = score_of(row.error, row.threshold)  # the score without the reach
@@ -131,13 +135,10 @@ class Judge:
         ``reach`` ``[n]`` widens the rows a changed decision can reach (reach.py); ``base``: the key's
         allowance before the reach (rows allowed over LOOSE x theirs without it are judged loosely)."""
         e = m.row_errors  # [n]
-        has_ctl = ctl is not None and ctl.row_errors is not None and ctl.row_errors.shape == e.shape
-        dtypes = [row.ref_dtype, row.cand_dtype]
-        allowance = lambda key_allowance: floor.row_allowance(  # [n]
-            len(e), key_allowance, self.k, K_ROW, ctl.row_errors if has_ctl else None,
-            (ctl.masked or ()) if has_ctl else (), self.minimum(row.depth, dtypes),
-            floor.rounding_allowance(dtypes) if self.metric == "rel_rms" else 0.0, m.row_scale)
-        if reach is not None and reach.shape == e.shape:  # each row its own reach, never the tensor's share of it
+        allowance = lambda key_allowance: self._row_allowance(row, m, ctl, key_allowance)  # [n]
+        if len(e) == 1 and base is not None and reach is None:  # a one-row key's allowance is already its row's (value)
+            allow = allowance(base)
+        elif reach is not None and reach.shape == e.shape:  # each row its own reach, never the tensor's share of it
             own = allowance(row.threshold if base is None else base)  # [n] without the reach
             allow = np.hypot(own, reach)
             row.rows_loose = int(np.count_nonzero(allow > LOOSE * own))
@@ -153,6 +154,16 @@ class Judge:
             if row.score > 1.0 and row.status != "exact":
                 row.status = "diverged"
                 row.note = join_notes(row.note, f"rows {row.bad_rows[:8]} over allowance")
+
+    def _row_allowance(self, row: Row, m: Measured, ctl: Measured | None, key_allowance: float) -> np.ndarray:
+        """``[n]`` each token row's own allowance (floor.row_allowance) under a key allowance."""
+        e = m.row_errors
+        has_ctl = ctl is not None and ctl.row_errors is not None and ctl.row_errors.shape == e.shape
+        dtypes = [row.ref_dtype, row.cand_dtype]
+        return floor.row_allowance(
+            len(e), key_allowance, self.k, K_ROW, ctl.row_errors if has_ctl else None,
+            (ctl.masked or ()) if has_ctl else (), self.minimum(row.depth, dtypes),
+            floor.rounding_allowance(dtypes) if self.metric == "rel_rms" else 0.0, m.row_scale)
 
     def decision(self, row: Row, error: float, ctl_fraction: float | None, default: float, changed: bool) -> None:
         """A decision's row: ``error`` the fraction of token rows it changed (steps so far),

@@ -193,6 +193,19 @@ def test_k_row_one_row_diverges_past_three_allowances(tmp_path, times, diverged)
     assert row.diverged is diverged and row.bad_rows == ([9] if diverged else [])
 
 
+@pytest.mark.parametrize("times, diverged", [(2.6, False), (3.4, True)])
+def test_k_row_a_key_of_one_token_row_is_judged_as_that_row(tmp_path, times, diverged):
+    """A decode step's key holds one token row: its error against the control's on that row is a
+    row's, not a tensor's (a single bf16 row's error varies 3x over decode steps), so it diverges
+    past K_ROW (3) x the control's error, not K (2) x: 2.6x passes, 3.4x diverges."""
+    x = _unit_rows(1, 64)
+    ref = write(tmp_path / "r", [[("layers.0.mlp.out", x)]])
+    ctl = write(tmp_path / "t", [[("layers.0.mlp.out", _off(x, [0], 0.01, seed=3))]])
+    cnd = write(tmp_path / "c", [[("layers.0.mlp.out", _off(x, [0], times * 0.01))]])
+    row = compare(ref, cnd, control=ctl, explain=False).row("layers.0.mlp.out")
+    assert row.floor == pytest.approx(0.01, rel=1e-3) and row.diverged is diverged
+
+
 # --- judge.MIN_ROW_VALUES = 16: rows narrower than 16 values are not judged alone -------------------------
 @pytest.mark.parametrize("width, diverged", [(12, False), (20, True)])
 def test_min_row_values_rows_of_fewer_than_sixteen_values_are_judged_with_the_tensor(tmp_path, width, diverged):
