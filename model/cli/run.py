@@ -413,7 +413,9 @@ def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, dp, max_new_
     _check_force_routing(force_routing, impl, cuda_graph)
     forced = _check_force_tokens(force_tokens, impl, prompts, dp, temperature, bool(images or audios))
     media = None
-    if images or audios:  # multimodal: media read and checked now (inkling_model/multimodal/run.py)
+    if images or audios or (impl == "hf" and _has_towers(ckpt_dir)):  # multimodal: media read and checked now
+        # (inkling_model/multimodal/run.py); transformers' model of a checkpoint with towers is the
+        # conditional one, with or without media (the native run drops the towers when it has none)
         prompts, media = _media(ckpt_dir, prompts, images, audios, dp, cuda_graph or enforce_eager)
     env = {"INKLING_FAULT": fault_text, "INKLING_ALLREDUCE": allreduce_spec or "",
            "INKLING_FORCE_ROUTING": force_routing or "", "INKLING_FORCE_TOKENS": force_tokens or "",
@@ -472,6 +474,13 @@ def _report_forced(responses) -> None:
                        "its top logit over its logit for the fed token)", err=True)
         if len(ds) > MAX_DECISION_LINES:
             click.echo(f"force-tokens: ... {len(ds) - MAX_DECISION_LINES} more (--gen-log lists each)", err=True)
+
+
+def _has_towers(ckpt_dir: Path) -> bool:
+    """The checkpoint is multimodal (its config.json holds a vision or audio config)."""
+    from inkling_model.multimodal.config import MultimodalConfig
+
+    return MultimodalConfig.from_pretrained(ckpt_dir) is not None
 
 
 def _media(ckpt_dir: Path, prompts, images, audios, dp: int, runtime: bool):
