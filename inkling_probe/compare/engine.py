@@ -95,7 +95,8 @@ def _compare(ref, cand, control=None, *, name_map=None, metric: str = "rel_rms",
     report.culprits = divergence.culprits(report.rows) or divergence.culprits(report.control_rows)
     report.notes += walker.summary_notes()
     cov = coverage.summary(report.rows + report.control_rows)
-    if cov["rows_judged"] < cov["rows_recorded"] or cov["rows_loose"]:  # else the view's summary line says it
+    all_clear = not report.diverged and not report.unchecked  # its one line says the coverage itself
+    if not all_clear or cov["rows_judged"] < cov["rows_recorded"] or cov["rows_loose"]:  # every verdict says it
         report.notes.insert(0, "coverage: " + coverage.line(report.rows + report.control_rows))
     if explain or explain_keys:
         from inkling_probe.compare.diagnose import diagnose_report

@@ -49,6 +49,8 @@ def test_divergence_exits_1_and_names_the_culprit(dumps):
     assert r.exit_code == 1, r.output
     assert "culprit: layers.1.resid" in r.output and "first divergence: layers.1.resid" in r.output
     assert "CULPRIT,FIRST" in r.output
+    # every verdict says what it judged: here every row, and a divergence verdict says so too
+    assert "  note: coverage: judged 40 of 40 key rows (100.0%)" in r.output.splitlines(), r.output
 
 
 def test_json_document(dumps):
