@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from inkling_model.switches.faults import FAULTS
 from inkling_probe.cli.common import BadInput, Real, Whole
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
@@ -358,9 +359,8 @@ def _run(impl, ckpt, tp, dp, dtype, prompts, max_new, eos, dump, gen, runtime=No
 @click.option("--seed", type=Whole(min=0), default=0, show_default=True, help="Sampling seed.")
 @click.option("--eos", metavar="IDS", help="End id (then stop ids), overriding tokenizer/generation_config/config.")
 @click.option("--fault", multiple=True, metavar="NAME", envvar="INKLING_FAULT", show_envvar=True,
-              help="Plant a known bug (repeatable; the variable: comma-separated). Names: raw_input_amax, gate_up_layout, "
-                   "renorm_rows, capture_unsafe_allreduce, adp_global_tp_size, adp_dense_allreduce, no_config_eos, "
-                   "renorm_fused_rows, vision_fold_order, audio_codebook_offsets.")
+              help="Plant a known bug (repeatable; the variable: comma-separated). Names: "
+                   f"{', '.join(FAULTS)} (docs/MODEL.md: what each reproduces and where).")
 @click.option("--cuda-graph", is_flag=True,
               help="Decode through the runtime (static KV pool) with CUDA graphs, on the GPU; probes record "
                    "inside the graphs.  [env var: INKLING_CUDA_GRAPH=1|0]")
