@@ -1,4 +1,4 @@
-"""record() against torch.save from forward hooks, side by side in one run (issue 9, README figures).
+"""record() against torch.save from forward hooks, side by side in one run (issue 9; figures in docs/PERFORMANCE.md).
 
 The anchors' protocol (reference/MEASURED.md, "Peers"): transformers' Inkling with random weights,
 fp32, every module output recorded, torch threads 1; overhead = the recording run / the plain run,
