@@ -226,7 +226,7 @@ def cell(shape: str, repeats: int, steps: int) -> dict:
     mb = stored_mb(d, step=first)
     tensors = sum(1 for r in d.index if r["step"] == first)
     shutil.rmtree(root)
-    from inkling_probe.record.recorder import writer_mode
+    from inkling_probe.recorder.recorder import writer_mode
     with torch.no_grad():
         work = floor(model, ids, repeats)
     return {"times": times, "cpu": cpu, "mb": mb, "tensors": tensors, "files": hooks["files"],

@@ -25,7 +25,7 @@ import torch
 
 import inkling_probe
 from inkling_probe import settings, sink
-from inkling_probe.record.recorder import Recorder
+from inkling_probe.recorder.recorder import Recorder
 
 
 def interleaved(fns: dict, repeats: int) -> dict:
