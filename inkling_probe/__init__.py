@@ -5,24 +5,18 @@ once. :func:`record` captures any ``torch.nn.Module`` with forward hooks, :func:
 ``compare(ref, cand, control=None)`` compares two (a report with an HTML view, ``.plot()``).
 docs/PROBES.md lists the settings and docs/FORMAT.md the file format.
 """
-import types as _types
-
 from inkling_probe.sink import enabled, probe, recording, step
 
 
-class _RecordPackage(_types.ModuleType):
-    """``inkling_probe.record``: the write side's package (recorder, staging) and, called,
-    :func:`inkling_probe.hooks.record` (torch is imported on the call)."""
+def record(module, path=None, include=None, inputs=True, name_map=None, token_dim="auto", batch_row=None,
+           **settings):
+    """Record every matching submodule of ``module`` (any ``torch.nn.Module``) with forward hooks while
+    the block runs: :func:`inkling_probe.hooks.record`, which documents each argument (torch is
+    imported on the call, so ``import inkling_probe`` stays light)."""
+    from inkling_probe.hooks import record as hooks_record
 
-    def __call__(self, module, *args, **kwargs):
-        from inkling_probe.hooks import record as hooks_record
+    return hooks_record(module, path, include, inputs, name_map, token_dim, batch_row, **settings)
 
-        return hooks_record(module, *args, **kwargs)
-
-
-from inkling_probe import record  # noqa: E402 - the package's face only: importing it stays light
-
-record.__class__ = _RecordPackage  # inkling_probe.record(module, path, ...) however it is reached
 
 __all__ = ["probe", "step", "enabled", "recording", "record", "open", "compare", "NameMap"]
 

@@ -69,7 +69,7 @@ def active_recorder():
 def start(settings, early_writer: bool = True) -> None:
     """Install a recorder for ``settings`` (closing any active one); ``early_writer``: start the
     writer process now, so its start-up overlaps the model's (else at the first recorded tensor)."""
-    from inkling_probe.record.recorder import Recorder
+    from inkling_probe.recorder.recorder import Recorder
 
     global _RECORDER
     stop()

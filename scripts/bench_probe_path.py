@@ -28,7 +28,7 @@ from bench_record import cuda_small_model  # this folder, on sys.path
 
 import inkling_probe  # bench_record put the checkout on sys.path
 from inkling_probe import sink
-from inkling_probe.record import staging as S
+from inkling_probe.recorder import staging as S
 
 
 class Catcher:

@@ -1,4 +1,4 @@
-"""record() against torch.save from forward hooks, side by side in one run (issue 9, README figures).
+"""record() against torch.save from forward hooks, side by side in one run (issue 9; figures in docs/PERFORMANCE.md).
 
 The anchors' protocol (reference/MEASURED.md, "Peers"): transformers' Inkling with random weights,
 fp32, every module output recorded, torch threads 1; overhead = the recording run / the plain run,
@@ -226,7 +226,7 @@ def cell(shape: str, repeats: int, steps: int) -> dict:
     mb = stored_mb(d, step=first)
     tensors = sum(1 for r in d.index if r["step"] == first)
     shutil.rmtree(root)
-    from inkling_probe.record.recorder import writer_mode
+    from inkling_probe.recorder.recorder import writer_mode
     with torch.no_grad():
         work = floor(model, ids, repeats)
     return {"times": times, "cpu": cpu, "mb": mb, "tensors": tensors, "files": hooks["files"],

@@ -24,7 +24,7 @@ import profile_record_cuda as P  # this folder, on sys.path (it puts the checkou
 
 import inkling_probe
 from inkling_probe import sink
-from inkling_probe.record import staging as S
+from inkling_probe.recorder import staging as S
 from bench_record import prune_finished_steps
 
 FW = int(os.environ.get("FW", "4"))

@@ -38,7 +38,7 @@ from bench_record import cuda_small_model, d2h_rate, disk_rate, stored_mb  # thi
 
 import inkling_probe  # bench_record put the checkout on sys.path
 from inkling_probe import sink
-from inkling_probe.record import staging
+from inkling_probe.recorder import staging
 
 FORWARDS = 4  # a timed run
 ROUNDS = 7

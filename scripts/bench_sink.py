@@ -1,4 +1,4 @@
-"""Benchmarks of the probe core, each measured side by side in one run (README: Performance).
+"""Benchmarks of the probe core, each measured side by side in one run (docs/PERFORMANCE.md).
 
 1. disabled cost: a small model's forward with probe calls present but recording off, vs the same
    forward with the calls removed (target <= 1.01);
@@ -25,7 +25,7 @@ import torch
 
 import inkling_probe
 from inkling_probe import settings, sink
-from inkling_probe.record.recorder import Recorder
+from inkling_probe.recorder.recorder import Recorder
 
 
 def interleaved(fns: dict, repeats: int) -> dict:

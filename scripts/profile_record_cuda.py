@@ -28,7 +28,7 @@ from bench_record import cuda_small_model, disk_rate  # this folder, on sys.path
 
 import inkling_probe  # bench_record put the checkout on sys.path
 from inkling_probe import sink
-from inkling_probe.record import recorder as R, staging as S
+from inkling_probe.recorder import recorder as R, staging as S
 from inkling_probe.store import writer_process as WP
 
 CALLS: dict = {}  # tag -> [calls, wall ns, cpu ns]

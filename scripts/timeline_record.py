@@ -20,7 +20,7 @@ def Popen(argv, *a, **k):
     return _Popen(argv, *a, **k)
 subprocess.Popen = Popen
 import inkling_probe
-from inkling_probe.record import recorder as R, staging as S
+from inkling_probe.recorder import recorder as R, staging as S
 from inkling_probe.store import writer_process as WP
 from timeline_writer import timed
 

@@ -1,9 +1,4 @@
-"""Moved to :mod:`inkling_probe.procs` (the one command runner, shared with ``graphdiff``).
+"""Removed in 0.2.0: this stub names the new home on import (CHANGELOG.md)."""
+from inkling_probe.removed import gone
 
-``inkling_probe.bisect.procs`` stays importable as the same module for one release.
-"""
-import sys
-
-from inkling_probe import procs as _procs
-
-sys.modules[__name__] = _procs
+raise gone(__name__, "inkling_probe.procs")

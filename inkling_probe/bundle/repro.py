@@ -4,7 +4,10 @@ repro.sh sets every variable that changes the computation to the value the candi
 (:mod:`.registry`; unset ones unset), shows the attached slice, re-runs the comparison given
 ``$WORK`` (the folder that held the dumps), lists how each dump was recorded, and ends with the
 standalone check test_repro.py when the report has one: its exit status is the script's (1 while
-the bug is there, 0 once fixed). The header says what it expects.
+the bug is there, 0 once fixed). The header says what it expects. It runs under a bare ``env -i``:
+every command is the recorded interpreter's (``"$PY" -m inkling_probe.cli``, ``"$PY" -m pytest``, the
+absolute path repro.json keeps), its folder goes first on ``PATH``, and when that interpreter is gone
+the script says so in one line and exits 2.
 
 Built from data by construction: every word that comes from a dump, a saved document or a recorded
 command line is ``shlex.quote``d; absolute paths become ``"$WORK"/<quoted last part>``; recorded
@@ -18,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import sys
 
 from inkling_probe.bundle.environment import REDACTED, redact
 from inkling_probe.errors import ProbeError
@@ -25,7 +29,9 @@ from inkling_probe.views.doc import culprits, name
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\u0085\u2028\u2029]")
 _VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-PYTEST = "python -m pytest -q -p no:cacheprovider test_repro.py"
+PROBE = '"$PY" -m inkling_probe.cli'
+PYTEST = '"$PY" -m pytest -q -p no:cacheprovider test_repro.py'
+GONE = 2  # the exit status when the recorded interpreter is gone
 
 
 def encoded(arg: str) -> str:
@@ -67,15 +73,16 @@ def script(doc: dict, dumps: dict, slice_keys: list[str], name_map: str | None =
     lines = ["#!/bin/sh", "# Reproduce this inkling-probe report (run from anywhere; paths are relative)."]
     lines += _expectation(doc, has_test)
     lines += ["set -eu", 'cd "$(dirname "$0")"', ""]
+    lines += _interpreter(run.get("python") or sys.executable)
     lines += _settings(run)
     if slice_keys:
         lines += ["# the tensors around each culprit, attached in slice.h5 (a dump: ls/show read it)",
-                  "inkling-probe ls slice.h5"]
+                  f"{PROBE} ls slice.h5"]
         for c in culprits(doc)[:3]:
             for side in ("ref", "cand"):
                 if f"{side}/{c['key']}" in slice_keys:
                     step = int(c.get("step", 0))
-                    lines.append(f"inkling-probe show slice.h5 {_quote(side + '/' + c['key'])} --step {step}")
+                    lines.append(f"{PROBE} show slice.h5 {_quote(side + '/' + c['key'])} --step {step}")
         lines.append("")
     lines += _compare(doc, dumps, name_map)
     lines += _recorded(dumps)
@@ -85,6 +92,18 @@ def script(doc: dict, dumps: dict, slice_keys: list[str], name_map: str | None =
     text = "\n".join(lines) + "\n"
     check_script(text)
     return text
+
+
+def _interpreter(python: str) -> list[str]:
+    """``PY``: the recorded interpreter, checked (exit 2, one line, when it is gone) and first on PATH."""
+    return ["# the Python that wrote this report (inkling-probe is installed in it); the script needs nothing",
+            "# else from the shell it runs in (env -i is enough)",
+            f"PY={_quote(python)}",
+            'if [ ! -x "$PY" ]; then',
+            f'  echo "repro.sh: the recorded interpreter $PY is gone: edit PY= in repro.sh to a Python with '
+            f'inkling-probe installed" >&2',
+            f"  exit {GONE}", "fi",
+            'PATH="${PY%/*}:${PATH:-/usr/bin:/bin}"', "export PATH", ""]
 
 
 def _expectation(doc: dict, has_test) -> list[str]:
@@ -130,7 +149,7 @@ def _compare(doc: dict, dumps: dict, name_map: str | None) -> list[str]:
     for s in ("ref", "cand", "control"):
         if s not in sides and doc.get(s):
             sides[s] = name(doc[s])
-    words = ["inkling-probe", "compare"] + ['"$WORK"/' + _quote(sides.get(s, "-")) for s in ("ref", "cand")]
+    words = [PROBE, "compare"] + ['"$WORK"/' + _quote(sides.get(s, "-")) for s in ("ref", "cand")]
     if doc.get("control"):
         words += ["--control", '"$WORK"/' + _quote(sides.get("control", "-"))]
     if name_map:
@@ -180,6 +199,7 @@ def run_record(doc: dict, dumps: dict) -> dict:
     settings = registry.of_dump(cand) if cand is not None else registry.settings(None)
     values = {k: (None if v is None else redact(k, v)) for k, v in settings["values"].items()}
     return {"candidate": name(getattr(cand, "path", None) or doc.get("cand")),
+            "python": sys.executable,  # repro.sh runs everything with it
             "checkpoint": identity.recorded(cand) if cand is not None else None,
             "settings": {**settings, "values": values}}
 

@@ -14,6 +14,19 @@ class BadInput(click.ClickException):
     exit_code = 2
 
 
+def removed_option(flag: str, instead: str, is_flag: bool = False):
+    """A hidden option removed in 0.2.0: giving it is bad input, one line naming ``instead``."""
+    from inkling_probe.removed import gone
+
+    def refuse(ctx, param, value):
+        if value:
+            raise BadInput(str(gone(flag, instead)))
+
+    own_name = "removed" + flag.replace("-", "_")  # never the name of the option that replaced it
+    return click.option(flag, own_name, is_flag=is_flag, hidden=True, expose_value=False, callback=refuse,
+                        help=f"Removed in 0.2.0: {instead}.")
+
+
 def open_dump(path: str):
     """Open a dump, turning any store error into a one-line :class:`BadInput`."""
     import inkling_probe

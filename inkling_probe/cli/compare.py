@@ -12,13 +12,9 @@ import math
 import click
 
 from inkling_probe.bisect.oracle import INCONCLUSIVE_EXIT
-from inkling_probe.cli.common import BadInput, Real, Whole, console, emit_json, open_dump
+from inkling_probe.cli.common import BadInput, Real, Whole, console, emit_json, open_dump, removed_option
 
 METRICS = ("rel_rms", "cosine", "max_abs", "max_rel", "outside")
-
-
-DIVERGED_ONLY_NOTE = ("note: --diverged-only is deprecated and has no effect (diverged keys and culprits are "
-                      "the default table); it will be removed in the next release")
 
 
 @click.command("compare")
@@ -37,8 +33,7 @@ DIVERGED_ONLY_NOTE = ("note: --diverged-only is deprecated and has no effect (di
 @click.option("--include", multiple=True, help="Only keys matching this glob (after --map); repeatable.")
 @click.option("--step", "steps", type=Whole(min=0), multiple=True, help="Only this step; repeatable.")
 @click.option("--all", "all_rows", is_flag=True, help="Table rows: every key (default: diverged keys and culprits).")
-@click.option("--diverged-only", is_flag=True, hidden=True,
-              help="Deprecated: the default now; accepted with a note on stderr, removed in the next release.")
+@removed_option("--diverged-only", "the default table (diverged keys and culprits; --all for every key)", is_flag=True)
 @click.option("--no-explain", is_flag=True, help="Skip the hypotheses (explain) on the culprits.")
 @click.option("--explain", "explain_keys", multiple=True, metavar="KEY",
               help="Also explain KEY (whatever its status); repeatable.")
@@ -59,7 +54,7 @@ DIVERGED_ONLY_NOTE = ("note: --diverged-only is deprecated and has no effect (di
 @click.option("--jobs", "-j", type=Whole(min=1), default=None,
               help="Worker processes reading and measuring keys ahead (default: the cores); same result for any N.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def command(ref, cand, control, name_map, metric, threshold, k, include, steps, all_rows, diverged_only, no_explain,
+def command(ref, cand, control, name_map, metric, threshold, k, include, steps, all_rows, no_explain,
             explain_keys, decisions, ref_row, cand_row, confirm, replay_key, ckpt, factory, jobs, as_json,
             rows_kind=None):
     """Compare dump CAND against dump REF: the first divergence, the culprit and why.
@@ -72,8 +67,6 @@ def command(ref, cand, control, name_map, metric, threshold, k, include, steps, 
     from inkling_probe.compare import compare
     from inkling_probe.errors import ProbeError
 
-    if diverged_only:
-        click.echo(DIVERGED_ONLY_NOTE, err=True)
     if metric == "max_abs" and threshold is None and control is None:
         raise BadInput("--metric max_abs has no dtype default: pass --threshold or --control")
     if (replay_key or confirm) and not ckpt:

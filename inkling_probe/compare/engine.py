@@ -16,26 +16,20 @@ from inkling_probe.compare.align import align, entries
 from inkling_probe.compare.report import Report
 from inkling_probe.compare.walker import Walker
 from inkling_probe.errors import DumpError
+from inkling_probe.removed import gone
 from inkling_probe.settings import glob_patterns, matches_any
 from inkling_probe.store.reader import as_dump
 
 
-_UNSET = object()
-THREADS_DEPRECATED = ("compare(threads=...) has no effect and will be removed in the next release; "
-                      "use jobs=N (worker processes) instead")
-
-
-def compare(ref, cand, control=None, *, threads=_UNSET, **options) -> Report:
+def compare(ref, cand, control=None, **options) -> Report:
     """Compare dump ``cand`` against dump ``ref`` (paths or open dumps); see :func:`_compare`.
 
     ``jobs`` (default: the cores) worker processes read and measure pairs ahead of the walk; the
-    report is the same for any ``jobs``. ``threads`` is deprecated: accepted, without effect, with a
-    DeprecationWarning; it goes in the next release.
+    report is the same for any ``jobs``. (``threads=``, without effect since ``jobs``, was removed
+    in 0.2.0: passing it names ``jobs``.)
     """
-    if threads is not _UNSET:
-        import warnings
-
-        warnings.warn(THREADS_DEPRECATED, DeprecationWarning, stacklevel=2)
+    if "threads" in options:
+        raise TypeError(str(gone("compare(threads=...)", "compare(jobs=N)")))
     return _compare(ref, cand, control, **options)
 
 
@@ -101,7 +95,8 @@ def _compare(ref, cand, control=None, *, name_map=None, metric: str = "rel_rms",
     report.culprits = divergence.culprits(report.rows) or divergence.culprits(report.control_rows)
     report.notes += walker.summary_notes()
     cov = coverage.summary(report.rows + report.control_rows)
-    if cov["rows_judged"] < cov["rows_recorded"] or cov["rows_loose"]:  # else the view's summary line says it
+    all_clear = not report.diverged and not report.unchecked  # its one line says the coverage itself
+    if not all_clear or cov["rows_judged"] < cov["rows_recorded"] or cov["rows_loose"]:  # every verdict says it
         report.notes.insert(0, "coverage: " + coverage.line(report.rows + report.control_rows))
     if explain or explain_keys:
         from inkling_probe.compare.diagnose import diagnose_report

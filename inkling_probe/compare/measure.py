@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from inkling_probe.compare import fused, masks, prefetch, readahead, stream
+from inkling_probe.compare import fused, masks, readahead, stream
 from inkling_probe.compare.align import Entry
 from inkling_probe.compare.conform import ShapeMismatch, conform, token_dim_of
 from inkling_probe.compare.metrics import Metrics, compare_tensors, one_dim_rows, reduce_values, row_width
@@ -60,10 +60,8 @@ HASH_LIED = ("the index hashes say bit-identical but the stored data differ: a d
 
 
 def load(dump, e: Entry) -> Values:
-    """The entry's values (numpy, stored type) with its original dtype name (read ahead by
-    compare/prefetch.py when it is the next array planned)."""
-    array = prefetch.take(dump, e)
-    return Values(dump.array(e.key, step=e.step, call=e.call) if array is None else array, e.dtype)
+    """The entry's values (numpy, stored type) with its original dtype name."""
+    return Values(dump.array(e.key, step=e.step, call=e.call), e.dtype)
 
 
 def token_rows(e: Entry) -> int | None:
@@ -84,8 +82,7 @@ def measure(ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: flo
         if ahead is not None and not (ahead.token_rows is not None and set_aside(ahead.token_rows)):
             return ahead
     mask = masks.candidates(ref.key, ref.dtype, cand.key, cand.dtype)  # read whole, by meaning (masks.py)
-    if not hashed and not keep and realign is None and tuple(batch_rows) == (None, None) and prefetch.idle() \
-            and not mask:
+    if not hashed and not keep and realign is None and tuple(batch_rows) == (None, None) and not mask:
         streamed = _streamed(ref_dump, ref, cand_dump, cand, metric, rtol, set_aside)
         if streamed is not None:
             return streamed

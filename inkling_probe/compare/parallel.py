@@ -25,15 +25,11 @@ from collections import OrderedDict
 from concurrent.futures import Future, ProcessPoolExecutor
 
 from inkling_probe.compare.align import Entry, Pair
-from inkling_probe.compare.readahead import active, installed, key_of, lookup  # noqa: F401  (lookup: its old home)
+from inkling_probe.compare import readahead
+from inkling_probe.compare.readahead import active, installed
+from inkling_probe.removed import module_getattr
 
 MIN_BYTES = 64 << 20  # below this much data to read, worker start-up costs more than it saves
-PREFETCH_MIN_BYTES = 1 << 20  # with one job, pairs smaller than this are read by the walker (packs)
-# With one job, read the next arrays in a thread (compare/prefetch.py)? Off: measured on the shared
-# 2-core machine at load ~5 with the pair in the page cache, it cost 1.35x the wall and 1.3x the
-# CPU of reading in the walker (the thread's copies compete for the same core and memory bandwidth);
-# it can only pay where a core is idle and reads wait on the disk. Kept for that measurement.
-THREAD_READ_AHEAD = False
 LAST_WORKERS: dict = {}  # pid -> {"cpu_s", "peak_rss"} of the last read-ahead's workers (benchmarks)
 
 
@@ -102,14 +98,12 @@ def one_blas_thread():
 class Job:
     """One measurement to run ahead: ``measure(ref, cand, metric, rtol, batch_rows=...)``."""
 
-    __slots__ = ("ref_path", "ref", "cand_path", "cand", "metric", "rtol", "batch_rows", "key", "nbytes", "labels")
+    __slots__ = ("ref_path", "ref", "cand_path", "cand", "metric", "rtol", "batch_rows", "key", "nbytes")
 
-    def __init__(self, ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: float, batch_rows,
-                 labels=("reference", "candidate")):
+    def __init__(self, ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: float, batch_rows):
         self.ref_path, self.ref, self.cand_path, self.cand = ref_dump.path, ref, cand_dump.path, cand
-        self.labels = labels  # which of compare's dumps each side is (compare/prefetch.py)
         self.metric, self.rtol, self.batch_rows = metric, float(rtol), tuple(batch_rows)
-        self.key = key_of(ref_dump, ref, cand_dump, cand, metric, rtol, batch_rows)
+        self.key = readahead.key_of(ref_dump, ref, cand_dump, cand, metric, rtol, batch_rows)
         self.nbytes = sum(int(r.get("numel") or 0) * 4 for r in ref.rows + cand.rows)  # about
 
 
@@ -232,35 +226,20 @@ def plan_of(dumps: dict, pairs: list[Pair], rtol_of, metric: str, batch_rows, co
             js.append(Job(dumps["reference"], p.ref, dumps["candidate"], p.cand, metric, rtol, batch_rows))
         ctl = control_entry(p)
         if ctl is not None and not (same_bits(p.ref, ctl) and batch_rows[0] is None):
-            js.append(Job(dumps["reference"], p.ref, dumps["control"], ctl, metric, rtol, (batch_rows[0], None),
-                          ("reference", "control")))
+            js.append(Job(dumps["reference"], p.ref, dumps["control"], ctl, metric, rtol, (batch_rows[0], None)))
         plan.append(js)
     return plan
 
 
 @contextlib.contextmanager
-def read_ahead(plan: list[list[Job]], jobs: int | None = None, min_bytes: int = MIN_BYTES, dumps=None):
+def read_ahead(plan: list[list[Job]], jobs: int | None = None, min_bytes: int = MIN_BYTES):
     """Measure ``plan`` ahead in ``jobs`` worker processes (default: the cores) while the body runs;
-    with one job, read its arrays ahead in a thread instead (compare/prefetch.py; ``dumps``: compare's
-    dumps by label); nothing runs ahead with less than ``min_bytes`` to read."""
+    nothing runs ahead with one job or with less than ``min_bytes`` to read (the walker reads itself:
+    a thread reading ahead cost 1.35x the wall time on 2 shared cores, docs/COMPARE.md)."""
     jobs = default_jobs() if jobs is None else jobs
     total = sum(j.nbytes for js in plan for j in js)
-    if total < min_bytes or active() is not None:
+    if jobs <= 1 or total < min_bytes or active() is not None:
         yield None
-        return
-    if jobs <= 1:
-        if not THREAD_READ_AHEAD:
-            yield None
-            return
-        from inkling_probe.compare.prefetch import prefetching
-
-        from inkling_probe.store.dump import Dump
-
-        items = [(dumps[label], e) for js in plan for j in js for label, e in zip(j.labels, (j.ref, j.cand))
-                 if j.nbytes >= PREFETCH_MIN_BYTES and type(dumps[label]) is Dump] if dumps else []  # our own
-        # dumps only: their reads are made for two threads (store/dump.py); foreign loaders are not
-        with prefetching(items) as p:
-            yield p
         return
     ahead = ReadAhead(plan, jobs)
     try:
@@ -287,5 +266,9 @@ def walk_ahead(dumps: dict, ents: dict, pairs: list[Pair], metric: str, batch_ro
     control = ents.get("control") or {}
     plan = plan_of(dumps, pairs, lambda p: rtols[id(p)], metric, batch_rows,
                    lambda p: control.get((p.key, p.step, p.call)) if dumps.get("control") is not None else None)
-    stack.enter_context(read_ahead(plan, jobs, MIN_BYTES if min_bytes is None else min_bytes, dumps))
+    stack.enter_context(read_ahead(plan, jobs, MIN_BYTES if min_bytes is None else min_bytes))
     return stack
+
+
+__getattr__ = module_getattr(__name__, {"lookup": "inkling_probe.compare.readahead.lookup",
+                                        "key_of": "inkling_probe.compare.readahead.key_of"})

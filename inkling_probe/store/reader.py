@@ -1,16 +1,13 @@
 """Opens a dump: our own store (a folder of per-rank segment files, :class:`~inkling_probe.store.dump.Dump`)
 or a foreign one (store/foreign). ``Dump``, ``Segment``, ``MAX_OPEN_FILES`` and ``PACK_CACHE_BYTES``
-moved to :mod:`inkling_probe.store.dump` (the foreign dump builds on ``Dump`` while this module opens
-foreign dumps: one module for both was a circle); their old names here warn for one release."""
+live in :mod:`inkling_probe.store.dump` (their old names here were removed in 0.2.0: importing one
+names the new one)."""
 from __future__ import annotations
 
-import warnings
-
+from inkling_probe.removed import module_getattr
 from inkling_probe.store import dump as _dump
 
-__all__ = ["Dump", "Segment", "open_dump", "as_dump", "MAX_OPEN_FILES"]
-
-MOVED = ("Dump", "Segment", "MAX_OPEN_FILES", "PACK_CACHE_BYTES")  # to inkling_probe.store.dump
+__all__ = ["open_dump", "as_dump"]
 
 
 def open_dump(path, **foreign) -> "_dump.Dump":
@@ -29,9 +26,5 @@ def as_dump(d) -> "_dump.Dump | None":
     return d if d is None or isinstance(d, _dump.Dump) else open_dump(d)
 
 
-def __getattr__(name):
-    if name in MOVED:
-        warnings.warn(f"inkling_probe.store.reader.{name} moved to inkling_probe.store.dump.{name}; "
-                      "the old name goes in the next release", DeprecationWarning, stacklevel=2)
-        return getattr(_dump, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = module_getattr(__name__, {n: f"inkling_probe.store.dump.{n}"
+                                        for n in ("Dump", "Segment", "MAX_OPEN_FILES", "PACK_CACHE_BYTES")})

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from inkling_model.switches.faults import FAULTS
 from inkling_probe.cli.common import BadInput, Real, Whole
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
@@ -358,9 +359,8 @@ def _run(impl, ckpt, tp, dp, dtype, prompts, max_new, eos, dump, gen, runtime=No
 @click.option("--seed", type=Whole(min=0), default=0, show_default=True, help="Sampling seed.")
 @click.option("--eos", metavar="IDS", help="End id (then stop ids), overriding tokenizer/generation_config/config.")
 @click.option("--fault", multiple=True, metavar="NAME", envvar="INKLING_FAULT", show_envvar=True,
-              help="Plant a known bug (repeatable; the variable: comma-separated). Names: raw_input_amax, gate_up_layout, "
-                   "renorm_rows, capture_unsafe_allreduce, adp_global_tp_size, adp_dense_allreduce, no_config_eos, "
-                   "renorm_fused_rows, vision_fold_order, audio_codebook_offsets.")
+              help="Plant a known bug (repeatable; the variable: comma-separated). Names: "
+                   f"{', '.join(FAULTS)} (docs/MODEL.md: what each reproduces and where).")
 @click.option("--cuda-graph", is_flag=True,
               help="Decode through the runtime (static KV pool) with CUDA graphs, on the GPU; probes record "
                    "inside the graphs.  [env var: INKLING_CUDA_GRAPH=1|0]")
@@ -413,7 +413,9 @@ def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, dp, max_new_
     _check_force_routing(force_routing, impl, cuda_graph)
     forced = _check_force_tokens(force_tokens, impl, prompts, dp, temperature, bool(images or audios))
     media = None
-    if images or audios:  # multimodal: media read and checked now (inkling_model/multimodal/run.py)
+    if images or audios or (impl == "hf" and _has_towers(ckpt_dir)):  # multimodal: media read and checked now
+        # (inkling_model/multimodal/run.py); transformers' model of a checkpoint with towers is the
+        # conditional one, with or without media (the native run drops the towers when it has none)
         prompts, media = _media(ckpt_dir, prompts, images, audios, dp, cuda_graph or enforce_eager)
     env = {"INKLING_FAULT": fault_text, "INKLING_ALLREDUCE": allreduce_spec or "",
            "INKLING_FORCE_ROUTING": force_routing or "", "INKLING_FORCE_TOKENS": force_tokens or "",
@@ -472,6 +474,13 @@ def _report_forced(responses) -> None:
                        "its top logit over its logit for the fed token)", err=True)
         if len(ds) > MAX_DECISION_LINES:
             click.echo(f"force-tokens: ... {len(ds) - MAX_DECISION_LINES} more (--gen-log lists each)", err=True)
+
+
+def _has_towers(ckpt_dir: Path) -> bool:
+    """The checkpoint is multimodal (its config.json holds a vision or audio config)."""
+    from inkling_model.multimodal.config import MultimodalConfig
+
+    return MultimodalConfig.from_pretrained(ckpt_dir) is not None
 
 
 def _media(ckpt_dir: Path, prompts, images, audios, dp: int, runtime: bool):

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
+from inkling_probe.removed import module_getattr
+
 FORWARD_MODES = ("eager", "static-eager", "graph")
 
 
@@ -107,4 +109,4 @@ class StepContext:
                 c.length += n
 
 
-ForwardContext = StepContext  # the name before the decode context joined it (kept for callers)
+__getattr__ = module_getattr(__name__, {"ForwardContext": "inkling_model.layers.context.StepContext"})

@@ -1,9 +1,4 @@
-"""Moved to :mod:`inkling_model.switches.faults` (the model's own switches, read by its layers).
+"""Removed in 0.2.0: this stub names the new home on import (CHANGELOG.md)."""
+from inkling_probe.removed import gone
 
-``inkling_model.plugins.faults`` stays importable as the same module for one release.
-"""
-import sys
-
-from inkling_model.switches import faults as _moved
-
-sys.modules[__name__] = _moved
+raise gone(__name__, "inkling_model.switches.faults")

@@ -8,7 +8,7 @@ from safetensors.torch import load_file
 import inkling_probe
 from inkling_model import parallel
 from inkling_model.config import InklingConfig
-from inkling_model.layers.context import ForwardContext
+from inkling_model.layers.context import StepContext
 from inkling_model.model import InklingForCausalLM
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -40,7 +40,7 @@ def run_dp_rank(rank: int, world: int, cfg_dict: dict, weights: str, requests: l
     tp = parallel.init(dp_size=world)
     model = build(cfg_dict, weights, dtype, tp)
     mine = requests[rank::world]
-    ctx = ForwardContext([len(r) for r in mine])
+    ctx = StepContext([len(r) for r in mine])
     with torch.no_grad():
         logits = model(torch.tensor([t for r in mine for t in r]), ctx)
     groups = {name: (g.rank, g.size) for name, g in (("attn", tp.attn), ("dp_peers", tp.dp_peers), ("moe", tp.moe))}

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from inkling_model.config import InklingConfig
-from inkling_model.layers.context import ForwardContext
+from inkling_model.layers.context import StepContext
 from inkling_model.model import InklingForCausalLM
 
 from hf_util import hf_model, native_state
@@ -26,9 +26,9 @@ def test_decode_with_cache_equals_full_forward(tiny):
     with torch.no_grad():
         full = model(ids)  # [22, V]
         cache = model.new_cache()
-        steps = [model(ids[:5], ForwardContext([5], [cache]))]
+        steps = [model(ids[:5], StepContext([5], [cache]))]
         for t in range(5, 22):
-            steps.append(model(ids[t:t + 1], ForwardContext([1], [cache])))
+            steps.append(model(ids[t:t + 1], StepContext([1], [cache])))
     assert cache.length == 22
     assert rel_rms(torch.cat(steps), full) <= 1e-5
 
@@ -40,8 +40,8 @@ def test_batched_decode_two_requests(tiny):
     with torch.no_grad():
         ref_a, ref_b = model(a)[-1], model(b)[-1]
         ca, cb = model.new_cache(), model.new_cache()
-        model(torch.cat([a[:-1], b[:-1]]), ForwardContext([11, 3], [ca, cb]))
-        last = model(torch.stack([a[-1], b[-1]]), ForwardContext([1, 1], [ca, cb]), last_only=True)  # [2, V]
+        model(torch.cat([a[:-1], b[:-1]]), StepContext([11, 3], [ca, cb]))
+        last = model(torch.stack([a[-1], b[-1]]), StepContext([1, 1], [ca, cb]), last_only=True)  # [2, V]
     assert rel_rms(last[0], ref_a) <= 1e-5 and rel_rms(last[1], ref_b) <= 1e-5
 
 

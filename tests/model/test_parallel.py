@@ -6,7 +6,7 @@ from safetensors.torch import save_file
 
 from inkling_model import parallel
 from inkling_model.config import InklingConfig
-from inkling_model.layers.context import ForwardContext
+from inkling_model.layers.context import StepContext
 from inkling_model.model import InklingForCausalLM
 
 from hf_util import hf_model, native_state
@@ -56,7 +56,7 @@ def test_batched_requests_equal_single(weights):
     """Several requests in one forward (flattened tokens) equal each alone."""
     cfg, path = weights
     model = build(cfg.to_dict(), path, "fp32")
-    ctx = ForwardContext([len(r) for r in REQUESTS])
+    ctx = StepContext([len(r) for r in REQUESTS])
     with torch.no_grad():
         batched = model(torch.tensor([t for r in REQUESTS for t in r]), ctx).split(ctx.seq_lens)
     for single, b in zip(_singles(cfg, path), batched):

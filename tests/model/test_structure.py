@@ -1,8 +1,6 @@
 """The rooms of both packages stand one above another (scripts/structure.py): in every folder of
-``model/`` and ``inkling_probe/``, no loop between rooms (no upward import) and no circle of files; the switches the layers read are leaves; their old plug-in paths are the
-same modules. The script itself finds a planted loop and a planted circle."""
+``model/`` and ``inkling_probe/``, no loop between rooms (no upward import) and no circle of files; the switches the layers read are leaves. The script itself finds a planted loop and a planted circle."""
 import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -58,15 +56,6 @@ def test_switches_are_leaves_of_the_model():
     for f in ("model/switches/faults.py", "model/switches/precision.py", "model/switches/forced_routing.py"):
         assert edges[f] == set() or all(not t.startswith("model/") for t in edges[f]), (f, edges[f])
     assert "model/switches/faults.py" in edges["model/layers/attention.py"]  # read from below
-
-
-def test_old_plugin_paths_are_the_same_modules():
-    from inkling_model.plugins import faults, forced_routing, precision
-    from inkling_model import switches  # noqa: F401
-    from inkling_model.switches import faults as f2, forced_routing as r2, precision as p2
-
-    assert faults is f2 and precision is p2 and forced_routing is r2
-    assert sys.modules["inkling_model.plugins.faults"] is f2
 
 
 def test_the_script_finds_a_planted_loop_and_circle(tmp_path):

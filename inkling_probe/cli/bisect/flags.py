@@ -5,7 +5,7 @@ import click
 
 from inkling_probe.cli.bisect.common import (commands, exit_for, finish, guarded, render_inconclusive, run_options,
                                              session)
-from inkling_probe.cli.bisect.oracle_options import control_dump, make_oracle, oracle_options
+from inkling_probe.cli.bisect.oracle_options import make_oracle, oracle_options
 from inkling_probe.cli.common import BadInput
 
 
@@ -56,7 +56,7 @@ def _render(answer: dict) -> None:
 @click.option("--list", "list_only", is_flag=True, help="List the toggles and stop.")
 @oracle_options
 @run_options
-def command(cmd, flag, model, select, list_only, oracle, control, control_alias, threshold, name_map, include,
+def command(cmd, flag, model, select, list_only, oracle, control, threshold, name_map, include,
             workdir, shell, timeout, on_crash, max_runs, as_json):
     """Delta debugging over toggles: the smallest set that, at BAD, makes the oracle fail."""
     toggles = _toggles(flag, model, select)
@@ -65,7 +65,6 @@ def command(cmd, flag, model, select, list_only, oracle, control, control_alias,
     if cmd is None:
         raise BadInput("--cmd is required (or --list)")
     cmds = commands(shell, cmd=cmd)
-    control = control_dump(control, control_alias)
     orc = make_oracle(oracle, control, threshold, name_map, include)
     args = dict(cmd=cmd, shell=shell, toggles=[t.as_dict() for t in toggles], oracle=orc.spec, control=control,
                 threshold=threshold, map=name_map, include=include, on_crash=on_crash)

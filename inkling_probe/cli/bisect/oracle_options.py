@@ -2,8 +2,7 @@
 
 Every option is checked before any command runs: ``--threshold`` finite and >= 0, ``--map`` a name
 map that loads. ``--control`` means a command in ``bisect layers`` (like ``--ref`` and ``--cand``);
-here the control is a dump, ``--control-dump`` (``--control`` is kept as a deprecated alias for one
-release).
+here the control is a dump, ``--control-dump`` (``--control``, its old spelling, was removed in 0.2.0).
 """
 from __future__ import annotations
 
@@ -12,13 +11,13 @@ import functools
 import click
 
 from inkling_probe.cli.bisect.common import finite
-from inkling_probe.cli.common import BadInput
+from inkling_probe.cli.common import BadInput, removed_option
 
 THRESHOLD_HELP = "Compare threshold, a finite number >= 0 (default: dtype-aware, or the control's floor)."
 
 
 def oracle_options(f):
-    """--oracle exit|compare:REF, --control-dump (--control), --threshold, --map, --include."""
+    """--oracle exit|compare:REF, --control-dump, --threshold, --map, --include."""
     opts = [
         click.option("--oracle", default="exit", show_default=True, metavar="exit|compare:REF",
                      help="exit: exit code 0 passes, 125 could not check (inconclusive), any other fails. "
@@ -27,24 +26,12 @@ def oracle_options(f):
                           "could not check make it inconclusive."),
         click.option("--control-dump", "control", type=click.Path(), default=None,
                      help="Control dump for the compare oracle (sets the noise floor)."),
-        click.option("--control", "control_alias", type=click.Path(), default=None, hidden=True,
-                     help="Deprecated alias of --control-dump."),
+        removed_option("--control", "--control-dump DUMP in bisect flags|precision"),
         click.option("--threshold", type=float, default=None, callback=finite(0), help=THRESHOLD_HELP),
         click.option("--map", "name_map", default=None, help="Name map for the compare (e.g. hf_inkling)."),
         click.option("--include", default=None, metavar="GLOBS", help="Compare only these keys."),
     ]
     return functools.reduce(lambda g, o: o(g), reversed(opts), f)
-
-
-def control_dump(control, control_alias):
-    """--control-dump, or the deprecated --control (with a note on stderr)."""
-    if control_alias is None:
-        return control
-    if control is not None:
-        raise BadInput("--control is the deprecated spelling of --control-dump: pass one of them")
-    click.echo("note: --control DUMP is deprecated in bisect flags|precision (in bisect layers --control is a "
-               "command); use --control-dump DUMP", err=True)
-    return control_alias
 
 
 def check_map(name_map) -> None:

@@ -5,7 +5,7 @@ import click
 
 from inkling_probe.cli.bisect.common import (commands, exit_for, finish, guarded, render_inconclusive, run_options,
                                              session)
-from inkling_probe.cli.bisect.oracle_options import control_dump, make_oracle, oracle_options
+from inkling_probe.cli.bisect.oracle_options import make_oracle, oracle_options
 from inkling_probe.cli.common import BadInput
 
 
@@ -51,7 +51,7 @@ def _check_layers(layers, orc, spec) -> None:
               help="The variable the command reads the reference-precision layers from (comma-separated ids).")
 @oracle_options
 @run_options
-def command(cmd, spec, var, oracle, control, control_alias, threshold, name_map, include,
+def command(cmd, spec, var, oracle, control, threshold, name_map, include,
             workdir, shell, timeout, on_crash, max_runs, as_json):
     """ddmin over layers: the smallest set kept at reference precision for which the oracle passes."""
     from inkling_probe.bisect.precision import BadLayers, bisect_precision, parse_layers
@@ -61,7 +61,6 @@ def command(cmd, spec, var, oracle, control, control_alias, threshold, name_map,
     except BadLayers as e:
         raise BadInput(str(e)) from None
     cmds = commands(shell, cmd=cmd)
-    control = control_dump(control, control_alias)
     orc = make_oracle(oracle, control, threshold, name_map, include)
     _check_layers(layers, orc, spec)
     args = dict(cmd=cmd, shell=shell, layers=layers, var=var, oracle=orc.spec, control=control,

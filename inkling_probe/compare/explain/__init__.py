@@ -33,7 +33,7 @@ from inkling_probe.compare.explain.renorm import renormalised_rows
 from inkling_probe.compare.explain.reorder import reordered_input
 from inkling_probe.compare.explain.rounding import rounding
 from inkling_probe.compare.explain.saturate import saturation
-from inkling_probe.compare.explain.scaled import channel_ratio, row_ratio
+from inkling_probe.compare.explain.scaled import row_or_channel_ratio
 from inkling_probe.compare.explain.shift import sequence_shift
 from inkling_probe.compare.explain.zeroed import FLUSHED_SHARE, flushed, measure, zeroed
 
@@ -59,8 +59,10 @@ def explain(ref, cand, context: Context | None = None, **fields) -> list[Finding
     if p.stats.rr == 0:  # a zero reference: nothing relative to it can hold; say what is there instead
         return found + [f for f in (nonzero(p),) if f is not None] + confined(p)
     ratio = constant_ratio(p)
-    found += [f for f in (ratio, renormalised_rows(p), layout_permutation(p), sequence_shift(p), rounding(p), row_ratio(p, ratio is not None),
-                          channel_ratio(p, ratio is not None), channel_offset(p), saturation(p)) if f is not None]
+    found += [f for f in (ratio, renormalised_rows(p), layout_permutation(p), sequence_shift(p), rounding(p))
+              if f is not None]
+    found += row_or_channel_ratio(p, ratio is not None)
+    found += [f for f in (channel_offset(p), saturation(p)) if f is not None]
     weak = []
     if ctx.inputs:  # hypotheses that read the key's recorded inputs too (weak evidence: after the rest)
         for f in (reordered_input(p), positionless_lookup(p)):

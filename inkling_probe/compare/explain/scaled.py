@@ -5,8 +5,11 @@
 ``c = r / w``; ``w`` applied where the model uses ``1 + w``, or the reverse). Each ``s`` is the
 least-squares fit from the one-pass sums; the hypothesis holds when undoing the factors leaves a
 residual at the noise level (screened from the sums, verified on the values), no constant ratio
-explains it, and every factor is fitted on at least 8 values. Evidence: the factors' spread, the
-rows or channels off 1 by more than 4 x noise, and for rows the power law ``s_t ~ rms(r_t)^p`` when
+explains it, every factor is fitted on at least 8 values, and some factor is off 1 by more than
+4 x its own fit's noise (``noise * rms / ||r_i||``: a factor fitted on n values is n^-1/2 as noisy
+as one value); a reading that names no row or channel claims nothing. When both readings hold, only
+the one that leaves the smaller residual is said (rows scaled are not a norm weight, and back).
+Evidence: the factors' spread, the rows or channels off 1, and for rows the power law ``s_t ~ rms(r_t)^p`` when
 one fits (``p = -1``: the row normalised again); for channels the readings of the factors as a
 norm weight (``1/s``: a weight not applied; ``s/(1-s)``: ``w`` used for ``1+w``; ``1/(s-1)``: the
 reverse) that look like one.
@@ -49,8 +52,17 @@ def _scaled(p: Pair, d: int | None):
     residual = p.residual(map_c=lambda cb, key: cb / pick(s, key, d, p.r.ndim))
     if residual is None:
         return None
-    off = np.flatnonzero(np.abs(s - 1.0) > MARGIN * p.noise)
-    return s, residual, off
+    off = np.flatnonzero(np.abs(s - 1.0) > MARGIN * _fit_noise(p, d))
+    return (s, residual, off) if off.size else None
+
+
+def _fit_noise(p: Pair, d: int) -> np.ndarray:
+    """Per index of dim ``d``, the noise of its fitted factor: the per-value noise (``noise`` x the
+    reference's rms) over the norm of the reference values it is fitted on."""
+    rr = p.stats.dims[d].rr
+    per_value = p.noise * np.sqrt(p.stats.rr / p.r.size)
+    with np.errstate(divide="ignore"):
+        return np.where(rr > 0, per_value / np.sqrt(rr), np.inf)
 
 
 def row_ratio(p: Pair, exclude: bool) -> Finding | None:
@@ -85,6 +97,13 @@ def channel_ratio(p: Pair, exclude: bool) -> Finding | None:
     return Finding("channel_ratio", f"each channel scaled by its own factor: channels "
                    f"{short_list(off.tolist())} ({len(off)} of {len(s)}), factors {fmt_num(f['min'])}.."
                    f"{fmt_num(f['max'])} (median {fmt_num(f['median'])}){said}", ev)
+
+
+def row_or_channel_ratio(p: Pair, exclude: bool) -> list[Finding]:
+    """:func:`row_ratio` and :func:`channel_ratio` where they hold; when both do, the one whose
+    factors leave the smaller residual."""
+    found = [f for f in (row_ratio(p, exclude), channel_ratio(p, exclude)) if f is not None]
+    return sorted(found, key=lambda f: f.evidence["residual_rel_rms"])[:1]
 
 
 def norm_weight_readings(s: np.ndarray) -> list[dict]:

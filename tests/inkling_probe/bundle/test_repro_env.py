@@ -1,8 +1,9 @@
 """A bug report's repro reproduces in a clean shell (issue 22, item 2): the candidate is recorded by
 `inkling-probe run --fault raw_input_amax` (the way the demo records it; the fault reaches the run
 only through INKLING_FAULT), its dump records the settings and the checkpoint's identity, and the
-report's repro.sh, run under `env -i` (PATH alone, to find this Python), fails on the bug and passes
-without it. A checkpoint that is not the candidate's is refused by report and extract, one line,
+report's repro.sh, run under a bare `env -i` (no variable at all: the script runs everything with the
+Python that wrote it), fails on the bug (exit 1), passes without it (exit 0), and says in one line that
+its interpreter is gone (exit 2) when it is. A checkpoint that is not the candidate's is refused by report and extract, one line,
 exit 2, before anything is written.
 """
 import json
@@ -18,12 +19,11 @@ import inkling_probe
 from inkling_probe.bundle import identity
 from inkling_probe.cli import group
 
-VENV_BIN = os.path.dirname(sys.executable)
 
 
 def clean_shell(script, cwd):
-    return subprocess.run(["env", "-i", f"PATH={VENV_BIN}:/usr/bin:/bin", "sh", str(script)], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
+    """``env -i sh repro.sh``, literally: not even PATH."""
+    return subprocess.run(["env", "-i", "sh", str(script)], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +74,19 @@ def test_repro_sh_fails_on_the_bug_and_passes_without_it_under_env_i(bundle, mon
     finally:
         spec["settings"]["INKLING_FAULT"] = "raw_input_amax"
         (bundle / "test_repro.json").write_text(json.dumps(spec))
+
+
+def test_repro_sh_without_its_interpreter_says_so_in_one_line(amax_doc, tmp_path, monkeypatch):
+    from inkling_probe.bundle import write_report
+
+    gone = str(tmp_path / "gone" / "bin" / "python")
+    monkeypatch.setattr(sys, "executable", gone)  # the Python that writes the report, removed since
+    write_report(amax_doc, tmp_path / "rep")
+    assert json.loads((tmp_path / "rep" / "repro.json").read_text())["python"] == gone
+    res = clean_shell(tmp_path / "rep" / "repro.sh", tmp_path)
+    assert res.returncode == 2 and res.stdout == "", res.stdout + res.stderr
+    assert res.stderr.splitlines() == [f"repro.sh: the recorded interpreter {gone} is gone: edit PY= in repro.sh "
+                                       "to a Python with inkling-probe installed"]
 
 
 def test_a_checkpoint_not_the_candidates_is_refused(hunt, cli_cand, bundle, tmp_path):

@@ -51,15 +51,6 @@ def test_precision_layers_the_reference_lacks(tmp_path):
     assert len(r.output.strip().splitlines()) == 1 and not (tmp_path / "w").exists()
 
 
-def test_control_is_a_deprecated_alias_of_control_dump(tmp_path):
-    ref = _six_layers(tmp_path)
-    args = ["bisect", "precision", "--cmd", "true", "--layers", "3", "--oracle", f"compare:{ref}"]
-    r = CliRunner().invoke(group, [*args, "--control", "/no/such", "-w", str(tmp_path / "w")])
-    assert r.exit_code == 2 and "--control DUMP is deprecated" in r.output and "--control-dump /no/such" in r.output
-    r = CliRunner().invoke(group, [*args, "--control", ref, "--control-dump", ref, "-w", str(tmp_path / "w")])
-    assert r.exit_code == 2 and "pass one of them" in r.output
-
-
 def test_other_arguments_in_the_same_workdir(tmp_path):
     w = str(tmp_path / "w")
     run = CliRunner().invoke

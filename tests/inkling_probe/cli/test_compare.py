@@ -49,6 +49,8 @@ def test_divergence_exits_1_and_names_the_culprit(dumps):
     assert r.exit_code == 1, r.output
     assert "culprit: layers.1.resid" in r.output and "first divergence: layers.1.resid" in r.output
     assert "CULPRIT,FIRST" in r.output
+    # every verdict says what it judged: here every row, and a divergence verdict says so too
+    assert "  note: coverage: judged 40 of 40 key rows (100.0%)" in r.output.splitlines(), r.output
 
 
 def test_json_document(dumps):
@@ -126,30 +128,3 @@ def test_console_entry_point_exit_codes(dumps):
     same = subprocess.run([exe, "compare", dumps["ref"], dumps["same"]], capture_output=True, text=True)
     bad = subprocess.run([exe, "compare", dumps["ref"], dumps["bad"]], capture_output=True, text=True)
     assert (same.returncode, bad.returncode) == (0, 1), (same.stderr, bad.stderr)
-
-
-def test_diverged_only_is_deprecated_and_changes_nothing(dumps):
-    """The hidden --diverged-only (the default table since compare v2) still parses, prints one
-    deprecation line on stderr and leaves stdout and the exit code as they were."""
-    for cand, code in (("same", 0), ("bad", 1)):
-        plain, old = run(dumps["ref"], dumps[cand]), run(dumps["ref"], dumps[cand], "--diverged-only")
-        assert old.exit_code == plain.exit_code == code
-        assert old.stdout == plain.stdout and plain.stderr == ""
-        assert old.stderr.splitlines() == [
-            "note: --diverged-only is deprecated and has no effect (diverged keys and culprits are the default "
-            "table); it will be removed in the next release"]
-    assert "--diverged-only" not in run("--help").output  # still hidden
-
-
-def test_compare_threads_is_deprecated_and_changes_nothing(dumps):
-    """``compare(threads=N)`` is accepted for one more release: a DeprecationWarning, the same report."""
-    import warnings
-
-    from inkling_probe.compare import compare
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no warning without threads
-        plain = compare(dumps["ref"], dumps["bad"], jobs=1)
-    with pytest.warns(DeprecationWarning, match=r"threads=\.\.\.\) has no effect and will be removed in the next release"):
-        old = compare(dumps["ref"], dumps["bad"], threads=4, jobs=1)
-    assert old.to_dict() == plain.to_dict()

@@ -1,6 +1,6 @@
 """Doc blocks that show command output are generated from the code, so they cannot go stale.
 
-A generated block in docs/*.md is a fenced block right after a marker line
+A generated block in README.md or docs/*.md is a fenced block right after a marker line
 ``<!-- generated: NAME (tests/inkling_probe/cli/test_doc_blocks.py) -->``. Each NAME below runs its
 commands through the real CLI (in-process, ``COLUMNS`` fixed) in a scratch folder and renders
 ``$ command``, the output and ``[exit N]``; the test fails when the doc's block differs.
@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from inkling_probe.cli import group
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
+README = DOCS.parent / "README.md"
 MARKER = re.compile(r"<!-- generated: ([\w-]+) \(tests/inkling_probe/cli/test_doc_blocks\.py\) -->\n```\n(.*?)```\n",
                     re.S)
 WIDTH = 110
@@ -61,13 +62,25 @@ def paired_bad_gate() -> str:
     return sh("paired a.jsonl b.jsonl --gate nan", "paired a.jsonl b.jsonl --gate 0.3")
 
 
-GENERATORS = {"bisect-flags-list": bisect_flags_list, "graphdiff-refuses-eager-pair": graphdiff_refuses_eager_pair,
+def worked_example() -> str:
+    """README's hunt: scripts/demo.py's checkpoints, prompt and runs, the candidate at TP=1 (the demo
+    runs it at TP=2; a spawn is too slow for a doc test)."""
+    tokens = "1,17,42,99,7,300,12,5,88,256,31,64,9,410,3,77"  # scripts/demo.py's TOKENS
+    sh("make-checkpoint --preset tiny --seed 0 ckpt-bf16", "make-checkpoint --preset tiny --seed 0 --quant nvfp4 "
+       "ckpt-nvfp4", show_exit=False)
+    common = f"--dtype bf16 --tokens {tokens}"
+    sh(f"run --ckpt ckpt-bf16 --impl hf {common} --dump ref", f"run --ckpt ckpt-nvfp4 {common} --dump control",
+       f"run --ckpt ckpt-nvfp4 {common} --fault raw_input_amax --dump cand", show_exit=False)
+    return sh("compare ref cand --control control", width=120)
+
+
+GENERATORS = {"worked-example": worked_example, "bisect-flags-list": bisect_flags_list, "graphdiff-refuses-eager-pair": graphdiff_refuses_eager_pair,
               "health-capped": health_capped, "paired-bad-gate": paired_bad_gate}
 
 
 def _blocks() -> dict[str, Path]:
     found = {}
-    for doc in sorted(DOCS.glob("*.md")):
+    for doc in [README, *sorted(DOCS.glob("*.md"))]:
         for m in MARKER.finditer(doc.read_text()):
             assert m.group(1) not in found, f"{m.group(1)} generated twice ({found[m.group(1)]}, {doc})"
             found[m.group(1)] = doc
@@ -94,7 +107,6 @@ def test_doc_block_matches_the_code(name, tmp_path, monkeypatch):
 
 
 # -- synopses: every option a doc's usage line names is an option of that command ---------------------
-README = DOCS.parent / "README.md"
 OPTION = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*|-[a-zA-Z])(?![\w-])")
 
 

@@ -66,3 +66,38 @@ def test_rows_too_short_to_fit_are_not_a_ratio():
     r = randn(64, 1)  # one value per row: any noise would fit a factor per row exactly
     c = r + 0.1 * randn(64, 1)
     assert "row_ratio" not in names(explain(r, c, noise=0.01, token_dim=0))
+
+
+def _bf16(x: np.ndarray) -> np.ndarray:
+    import torch
+
+    return torch.tensor(x, dtype=torch.float32).to(torch.bfloat16).float().numpy()
+
+
+def test_a_span_of_rows_scaled_in_bf16_names_those_rows():
+    """Rows 10..29 x1.1 in bf16: each factor is fitted on 64 values, so its noise is 1/8 of one
+    value's; the rows are named (it read 'rows [] (0 of 80)': a margin of one value's noise)."""
+    r = randn(80, 64)
+    c = r.copy()
+    c[10:30] *= 1.1
+    found = explain(_bf16(r), _bf16(c), ref_dtype="bfloat16", cand_dtype="bfloat16", token_dim=0)
+    f = only(found, "row_ratio")
+    assert f.evidence["rows"] == list(range(10, 30)) and "rows [10, 11," in f.summary and "(20 of 80)" in f.summary
+    assert "channel_ratio" not in names(found)
+
+
+def test_most_rows_scaled_is_not_read_as_a_norm_weight():
+    """Rows 0..69 of 80 x1.1: every channel's factor is ~1.09, so a per-channel reading fits too; the
+    per-row one leaves the smaller residual and is the one said (it also said 'a norm weight not applied')."""
+    r = randn(80, 4, 16, rng=np.random.default_rng(24))  # a draw where both readings fit (both were said)
+    c = r.copy()
+    c[:70] *= 1.1
+    found = explain(_bf16(r), _bf16(c), ref_dtype="bfloat16", cand_dtype="bfloat16", token_dim=0)
+    assert "channel_ratio" not in names(found) and not any("norm weight" in f.summary for f in found)
+    assert only(found, "row_ratio").evidence["rows"] == list(range(70))
+
+
+def test_factors_all_within_their_noise_claim_nothing():
+    r = randn(80, 64)
+    found = explain(r, r * (1 + 1e-7 * randn(80, 1, rng=np.random.default_rng(6))), noise=1e-4, token_dim=0)
+    assert not {"row_ratio", "channel_ratio"} & set(names(found)) and not any("[] (0 of" in f.summary for f in found)

@@ -260,7 +260,7 @@ class Recorder:
     def _staged(self, row: dict, t) -> None:
         """Copy ``t`` to the host asynchronously; the drain thread writes it (staging.py)."""
         if self._drain is None:
-            from inkling_probe.record.staging import Drain, StepBatch
+            from inkling_probe.recorder.staging import Drain, StepBatch
             stager = self._stager or self._device_stager()
             batch = StepBatch(stager, stats=self.settings.mode != "hash") if self._stager is None else None
             self._drain = Drain(stager, self._write, batch, self._write_batch, self._free_slot,
@@ -273,7 +273,7 @@ class Recorder:
     def _device_stager(self):
         """Staging into the writer process's shared ring (registered as pinned memory: no host
         copy), or, inline or where the ring is missing or can't be registered, pooled pinned buffers."""
-        from inkling_probe.record.staging import CudaStager, RingStager
+        from inkling_probe.recorder.staging import CudaStager, RingStager
 
         find = getattr(self._writer, "staging_ring", None)
         ring = find() if find is not None else None
@@ -320,7 +320,7 @@ class Recorder:
             row["storage"] = "native"  # float32 or bf16, each as itself
         sums, extra = None, {}
         if row_stats is not None:
-            from inkling_probe.record import staging
+            from inkling_probe.recorder import staging
             from inkling_probe.store.batch import sums_from_rows
             if getattr(self._writer, "takes_row_stats", False):  # the writer process adds them up
                 extra = {"row_stats": row_stats, "row_values": staging.ROW}

@@ -10,9 +10,9 @@ import torch
 
 import inkling_probe
 from inkling_probe import settings, sink
-from inkling_probe.record import staging
+from inkling_probe.recorder import staging
 from inkling_probe.errors import DumpError
-from inkling_probe.record.recorder import Recorder
+from inkling_probe.recorder.recorder import Recorder
 
 
 class SlowStager:

@@ -2,6 +2,6 @@
 filters, slices, copies, hands to the store's writer) and its staging (:mod:`.staging`:
 asynchronous device-to-host copies for eager probes of device tensors).
 
-``inkling_probe.record(module, path, ...)`` calls :func:`inkling_probe.hooks.record` (module hooks,
-above the sink): this package is made callable by ``inkling_probe/__init__.py``.
+(The package was ``inkling_probe/record/`` before 0.2.0; ``inkling_probe.record`` is the function
+that records a module with hooks, :func:`inkling_probe.hooks.record`.)
 """
