@@ -103,7 +103,7 @@ class Routing:
         prev = side.decided.get((p.step, layer_of(p.key)))
         if prev is not None and np.array_equal(prev[0], r_ids) and np.array_equal(prev[1], c_ids):
             return prev[2], prev[3]  # the same ids passed on (router output -> experts input)
-        scores = self._scores(p, label, r_ids.shape[0])
+        scores = self._scores(p, label, r_ids.shape[0], rows)
         selection = bool((p.ref.first.get("meta") or {}).get("selection"))
         d = dec.classify(r_ids, c_ids, *scores, selection=selection)
         side.flips[(p.key, p.step, p.call)] = d
@@ -115,9 +115,10 @@ class Routing:
         side.note_changes(p.step, d.token_rows, d.changed, layer_of(p.key))
         return d, scores[0] is not None
 
-    def _scores(self, p: Pair, label: str, n_tokens: int):
+    def _scores(self, p: Pair, label: str, n_tokens: int, rows=(None, None)):
         """The router scores the decision was made from: the key its meta names (``scores=``), else
-        the nearest float key before it in the same layer and step with one row per token."""
+        the nearest float key before it in the same layer and step with one row per token; ``rows``:
+        the batch rows compared (a batch's scores cut to the row its ids were cut to)."""
         key = (p.ref.first.get("meta") or {}).get("scores")
         ref_ents, other_ents = self.s.ents["reference"], self.s.ents[label]
         cands = [key] if key else [k for (k, s, c), e in sorted(ref_ents.items(), key=lambda kv: -kv[1].seq)
@@ -128,8 +129,15 @@ class Routing:
             if re_ is None or oe is None:
                 continue
             try:
-                rs = token_major(load(self.s.dumps["reference"], re_), re_)
-                os_ = token_major(load(self.s.dumps[label], oe), oe)
+                if tuple(rows) != (None, None):  # the batch row, as the ids were cut
+                    m = measure(self.s.dumps["reference"], re_, self.s.dumps[label], oe, "mismatch", 0.0,
+                                lambda n: None, rows, keep=True)
+                    if m.status in ("unreadable", "shape") or m.token_dim is None:
+                        continue
+                    rs, os_ = _rows_first(m.ref, m.token_dim), _rows_first(m.cand, m.token_dim)
+                else:
+                    rs = token_major(load(self.s.dumps["reference"], re_), re_)
+                    os_ = token_major(load(self.s.dumps[label], oe), oe)
             except ProbeError:
                 continue
             if rs is not None and os_ is not None and rs.shape == os_.shape and rs.shape[0] == n_tokens:
@@ -161,7 +169,10 @@ def token_major(v, e: Entry) -> np.ndarray | None:
     """``[T, -1]`` float64 values of entry ``e`` with its token dim first, or None without one."""
     a = as_float64(v)
     td = token_dim_of(a.shape, e.first.get("token_dim", 0))
-    if td is None:
-        return None
-    a = np.moveaxis(a, td, 0)
+    return None if td is None else _rows_first(a, td)
+
+
+def _rows_first(v, token_dim: int) -> np.ndarray:
+    """``[T, -1]`` float64 of values ``v`` with its token dim first."""
+    a = np.moveaxis(as_float64(v), token_dim, 0)
     return a.reshape(a.shape[0], -1)

@@ -76,3 +76,31 @@ def test_a_shape_row_keeps_its_reason(tmp_path):
     b = write(tmp_path / "cand", [[("x", torch.zeros(3, 5))]])
     row = compare(a, b, cand_row=1, explain=False).row("x")
     assert row.status == "shape" and "[1, 4] vs [3, 5]" in row.note and "tried" in row.note
+
+
+def _router_steps(logits, batch=None):
+    """One step: router logits ``[N, E]`` and their top-2 ids, a declared decision with its scores."""
+    kw = {"batch": batch} if batch else {}
+    ids = torch.topk(logits, 2, dim=-1).indices
+    return [[("layers.0.mlp.router_logits", logits, {"token_dim": 0, **kw}),
+             ("layers.0.mlp.topk_idx", ids, {"token_dim": 0, "kind": "decision",
+                                             "scores": "layers.0.mlp.router_logits", **kw})]]
+
+
+def test_a_batch_candidates_router_scores_are_cut_to_its_row(tmp_path):
+    """The candidate ran a batch of 2 ([2T, E] router logits): its decision's scores are read from its
+    row, as its ids are, so a near-tie flip there is a near-tie (it read no scores and, against a
+    control that changed nothing, scored inf)."""
+    g = torch.Generator().manual_seed(0)
+    ref = torch.randn(16, 8, generator=g)
+    order = torch.argsort(ref[5], descending=True)
+    ref[5, order[2]] = ref[5, order[1]] - 1e-6  # token 5's 2nd and 3rd choice 1e-6 apart
+    row = ref.clone()
+    row[5, order[2]] = ref[5, order[1]] + 1e-6  # a noise-sized move swaps them
+    cand = torch.cat([torch.randn(16, 8, generator=g), row])  # [2T, E]: another prompt, then this one
+    a = write(tmp_path / "ref", _router_steps(ref))
+    b = write(tmp_path / "cand", _router_steps(cand, batch=2))
+    c = write(tmp_path / "ctl", _router_steps(ref * (1 + 1e-7)))
+    rep = compare(a, b, control=c, cand_row=1, explain=False)
+    d = rep.row("layers.0.mlp.topk_idx")
+    assert d.decision and "near-tie" in d.note and not d.diverged, (d.score, d.note)
