@@ -116,7 +116,7 @@ class Job:
 class ReadAhead:
     """Runs the :class:`Job` list in order, ``window`` jobs ahead of the one last taken."""
 
-    def __init__(self, plan: list[list[Job]], jobs: int, window: int | None = None):
+    def __init__(self, plan: list[list[Job]], jobs: int, window: int | None = None, pool=None):
         self.plan = plan  # per pair (walk order): its jobs
         self.jobs = jobs
         self.window = window or 2 * jobs
@@ -125,7 +125,8 @@ class ReadAhead:
         self.next = 0  # first pair not yet submitted
         self.hits = self.misses = 0
         self.workers: dict = {}  # pid -> its latest {"cpu_s", "peak_rss"}
-        self.pool = ProcessPoolExecutor(jobs, mp_context=_context(), initializer=_init_worker)
+        # pool: what runs _run (submit, shutdown), e.g. a Dask cluster's (compare/cluster.py)
+        self.pool = pool or ProcessPoolExecutor(jobs, mp_context=_context(), initializer=_init_worker)
 
     def take(self, key: tuple):
         """The worker's :class:`Measured` for ``key`` (waiting for it), or None when not planned."""
@@ -193,14 +194,16 @@ def _init_worker() -> None:
     _BASE.append(_usage()["peak_rss"])
 
 
-def _run(job: Job):
+def _run(job: Job, dumps: dict | None = None):
     from inkling_probe.compare.measure import measure
     from inkling_probe.store.dump import Dump
 
+    opened = _DUMPS if dumps is None else dumps  # path -> open Dump
+
     def dump(path):
-        if path not in _DUMPS:
-            _DUMPS[path] = Dump(path)
-        return _DUMPS[path]
+        if path not in opened:
+            opened[path] = Dump(path)
+        return opened[path]
 
     m = measure(dump(job.ref_path), job.ref, dump(job.cand_path), job.cand, job.metric, job.rtol,
                 batch_rows=job.batch_rows)
@@ -239,16 +242,19 @@ def plan_of(dumps: dict, pairs: list[Pair], rtol_of, metric: str, batch_rows, co
 
 
 @contextlib.contextmanager
-def read_ahead(plan: list[list[Job]], jobs: int | None = None, min_bytes: int = MIN_BYTES, dumps=None):
+def read_ahead(plan: list[list[Job]], jobs: int | None = None, min_bytes: int = MIN_BYTES, dumps=None, pool=None):
     """Measure ``plan`` ahead in ``jobs`` worker processes (default: the cores) while the body runs;
     with one job, read its arrays ahead in a thread instead (compare/prefetch.py; ``dumps``: compare's
-    dumps by label); nothing runs ahead with less than ``min_bytes`` to read."""
+    dumps by label); nothing runs ahead with less than ``min_bytes`` to read. ``pool``: a
+    compare/cluster.py ClusterPool measuring on a Dask cluster, ``pool.jobs`` at a time, whatever the size."""
     jobs = default_jobs() if jobs is None else jobs
+    if pool is not None:
+        jobs, min_bytes = pool.jobs, 0
     total = sum(j.nbytes for js in plan for j in js)
     if total < min_bytes or active() is not None:
         yield None
         return
-    if jobs <= 1:
+    if jobs <= 1 and pool is None:
         if not THREAD_READ_AHEAD:
             yield None
             return
@@ -262,7 +268,7 @@ def read_ahead(plan: list[list[Job]], jobs: int | None = None, min_bytes: int = 
         with prefetching(items) as p:
             yield p
         return
-    ahead = ReadAhead(plan, jobs)
+    ahead = ReadAhead(plan, jobs, pool=pool)
     try:
         with installed(ahead):  # measure.measure takes its results through readahead.lookup
             yield ahead
@@ -271,7 +277,7 @@ def read_ahead(plan: list[list[Job]], jobs: int | None = None, min_bytes: int = 
 
 
 def walk_ahead(dumps: dict, ents: dict, pairs: list[Pair], metric: str, batch_rows, jobs: int | None = None,
-               min_bytes: int | None = None):
+               min_bytes: int | None = None, pool=None):
     """:func:`read_ahead` for the walker's pairs: the tolerance each is expected to be measured
     with is the walker's base threshold for the precision seen so far along ``pairs``."""
     from inkling_probe.compare import floor
@@ -287,5 +293,5 @@ def walk_ahead(dumps: dict, ents: dict, pairs: list[Pair], metric: str, batch_ro
     control = ents.get("control") or {}
     plan = plan_of(dumps, pairs, lambda p: rtols[id(p)], metric, batch_rows,
                    lambda p: control.get((p.key, p.step, p.call)) if dumps.get("control") is not None else None)
-    stack.enter_context(read_ahead(plan, jobs, MIN_BYTES if min_bytes is None else min_bytes, dumps))
+    stack.enter_context(read_ahead(plan, jobs, MIN_BYTES if min_bytes is None else min_bytes, dumps, pool))
     return stack
