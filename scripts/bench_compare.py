@@ -16,6 +16,9 @@ The candidate is the reference plus 1e-3 relative noise, so every tensor is read
     python scripts/bench_compare.py --scale [--gib 10] [--dtype bfloat16]
                                     # issue 26: compare --jobs 1 / all cores vs h5py alone on a pair of
                                     # --gib GB on disk
+    python scripts/bench_compare.py --cluster [--gib 2] [--rounds 1]
+                                    # issue 44: compare --jobs <cores> vs a local Dask cluster of 2 and 4
+                                    # worker processes (compare --cluster) on the same pair of --gib GB
 """
 from __future__ import annotations
 
@@ -192,7 +195,10 @@ else:
         finally:
             marks.append((time.perf_counter() - w, time.process_time() - c))
     engine.relations.mark = timed_mark
-    rep = compare(ref, cand, explain=False, jobs=int(mode))
+    if mode.startswith("tcp://"):
+        rep = compare(ref, cand, explain=False, cluster=mode)
+    else:
+        rep = compare(ref, cand, explain=False, jobs=int(mode))
     out = {"workers": list(parallel.LAST_WORKERS.values()), "relations": marks[0] if marks else (0, 0), "rows": len(rep.rows), "diverged": rep.diverged, "doc": hashlib.sha256(json.dumps(rep.to_dict(), sort_keys=True, default=str).encode()).hexdigest()}
 out.update(seconds=time.perf_counter() - t0, peak_rss=rss("VmHWM:"), base_rss=base, cpu_s=time.process_time() - c0
            + sum(w["cpu_s"] for w in out.get("workers", [])))
@@ -250,11 +256,8 @@ def _kernel_rss() -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def scale(root: str, gb: float, rounds: int = 1, tensor_mib: int = 64, dtype: str = "float32") -> None:
-    """compare --jobs 1 and --jobs <cores> against h5py reading the same datasets, side by side."""
-    from inkling_probe.compare.parallel import default_jobs
-
-    t0 = time.perf_counter()
+def _scale_pair(root: str, gb: float, tensor_mib: int, dtype: str) -> tuple[str, str]:
+    """The --scale pair in ``root``, written unless a pair of these settings is already there."""
     ref, cand = (os.path.join(root, "L-ref"), os.path.join(root, "L-cand"))
     marker = os.path.join(root, f"L-{gb}-{tensor_mib}-{dtype}.done")
     if not os.path.exists(marker):  # --keep DIR: a pair written there before is reused
@@ -265,6 +268,53 @@ def scale(root: str, gb: float, rounds: int = 1, tensor_mib: int = 64, dtype: st
                 os.remove(os.path.join(root, old))
         ref, cand = _write_scale_pair(root, gb, tensor_mib, dtype)
         open(marker, "w").close()
+    return ref, cand
+
+
+def on_cluster(root: str, gb: float, rounds: int = 1, tensor_mib: int = 64, dtype: str = "float32") -> None:
+    """compare --jobs <cores> against --cluster on a local Dask cluster of 2 and 4 worker processes
+    (one thread each), on the same pair, interleaved; the reports' hashes compared."""
+    import logging
+
+    import distributed
+
+    from inkling_probe.compare.parallel import default_jobs
+
+    t0 = time.perf_counter()
+    ref, cand = _scale_pair(root, gb, tensor_mib, dtype)
+    total = _dump_bytes(ref) + _dump_bytes(cand)
+    cores = default_jobs()
+    clusters = {n: distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                            dashboard_address=None, silence_logs=logging.CRITICAL) for n in (2, 4)}
+    modes = {f"--jobs {cores}": str(cores)} | {f"--cluster ({n} workers)": c.scheduler_address
+                                                for n, c in clusters.items()}
+    print(f"pair: {total / 1e9:.2f} GB on disk ({tensor_mib} MiB {dtype} tensors, 1e-3 noise), ready in "
+          f"{time.perf_counter() - t0:.0f} s; {cores} cores; {rounds} round(s), interleaved; local clusters: "
+          "worker processes of one thread each on this machine")
+    runs = {m: [] for m in modes}
+    try:
+        for i in range(rounds):
+            for m, arg in modes.items():
+                runs[m].append(_scale_run(arg, ref, cand))
+            print(f"  round {i + 1}: " + "; ".join(f"{m} {runs[m][-1]['seconds']:.1f} s" for m in modes), flush=True)
+    finally:
+        for c in clusters.values():
+            c.close()
+    base = _median(runs[f"--jobs {cores}"])["seconds"]
+    for m in modes:
+        med = _median(runs[m])["seconds"]
+        print(f"  compare {m:<22} {med:7.1f} s wall {total / 1e6 / med:6.0f} MB/s ({base / med:.2f}x of --jobs {cores})")
+    docs = {r["doc"] for rs in runs.values() for r in rs}
+    print(f"  reports byte-identical across --jobs and --cluster, all rounds: {len(docs) == 1} "
+          f"(sha256 of compare --json's document: {len(docs)} distinct)")
+
+
+def scale(root: str, gb: float, rounds: int = 1, tensor_mib: int = 64, dtype: str = "float32") -> None:
+    """compare --jobs 1 and --jobs <cores> against h5py reading the same datasets, side by side."""
+    from inkling_probe.compare.parallel import default_jobs
+
+    t0 = time.perf_counter()
+    ref, cand = _scale_pair(root, gb, tensor_mib, dtype)
     total = _dump_bytes(ref) + _dump_bytes(cand)
     cores = default_jobs()
     modes = ["h5py", "1"] + ([str(cores)] if cores > 1 else [])
@@ -312,20 +362,23 @@ def _dump_bytes(path: str) -> int:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gib", type=float, default=2.0, help="size of each dump of A and C (GiB)")
+    ap.add_argument("--gib", "--size", type=float, default=2.0,
+                    help="size of each dump of A and C (GiB); --scale, --cluster: the pair on disk (GB)")
     ap.add_argument("--keep", default=None, help="write the dumps here and keep them (--scale: reuse them)")
     ap.add_argument("--explain-bound", action="store_true", help="only: explain on vs off on a 128 MiB culprit")
     ap.add_argument("--startup", action="store_true", help="only: compare's start-up vs import h5py, numpy")
     ap.add_argument("--scale", action="store_true", help="only: --jobs 1 / all cores vs h5py on a pair of --gib GB")
+    ap.add_argument("--cluster", action="store_true",
+                    help="only: --jobs <cores> vs --cluster on local Dask clusters of 2 and 4 workers, pair of --gib GB")
     ap.add_argument("--rounds", type=int, default=3, help="--scale: rounds of the three runs (interleaved; medians)")
     ap.add_argument("--tensor-mib", type=int, default=64, help="--scale: size of each tensor")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="--scale: stored dtype")
     args = ap.parse_args(argv)
     root = args.keep or tempfile.mkdtemp(prefix="bench-compare-")
     os.makedirs(root, exist_ok=True)
-    if args.scale:
+    if args.scale or args.cluster:
         try:
-            scale(root, args.gib, args.rounds, args.tensor_mib, args.dtype)
+            (on_cluster if args.cluster else scale)(root, args.gib, args.rounds, args.tensor_mib, args.dtype)
         finally:
             if not args.keep:
                 shutil.rmtree(root, ignore_errors=True)

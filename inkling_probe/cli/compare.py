@@ -53,10 +53,14 @@ METRICS = ("rel_rms", "cosine", "max_abs", "max_rel", "outside")
                    "dump's own rows (docs/MULTIMODAL.md).")
 @click.option("--jobs", "-j", type=Whole(min=1), default=None,
               help="Worker processes reading and measuring keys ahead (default: the cores); same result for any N.")
+@click.option("--cluster", default=None, metavar="ADDRESS", envvar="INKLING_PROBE_CLUSTER", show_envvar=True,
+              help="Measure keys on this Dask cluster's workers (tcp://scheduler:8786) instead of --jobs; the dumps "
+                   "at absolute paths every worker mounts. Needs inkling-probe[dask]; the scheduler must answer "
+                   "within INKLING_PROBE_CLUSTER_TIMEOUT s (default 10). Same report as --jobs.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(ref, cand, control, name_map, metric, threshold, k, include, steps, all_rows, no_explain,
             explain_keys, decisions, ref_row, cand_row, confirm, replay_key, ckpt, factory, jobs, as_json,
-            rows_kind=None):
+            rows_kind=None, cluster=None):
     """Compare dump CAND against dump REF: the first divergence, the culprit and why.
 
     Keys align through --map, by step, call and token (the common tokens when the runs batched
@@ -73,6 +77,8 @@ def command(ref, cand, control, name_map, metric, threshold, k, include, steps, 
         raise BadInput(f"{'--replay' if replay_key else '--confirm'} needs --ckpt (the candidate's checkpoint dir)")
     if threshold is not None and not (math.isfinite(threshold) and threshold >= 0):
         raise BadInput(f"--threshold {threshold}: must be a finite number >= 0")
+    if cluster and rows_kind:
+        raise BadInput("--cluster does not apply to --rows: a modality's view is read in this process")
     dumps = [open_dump(p) for p in (ref, cand)] + ([open_dump(control)] if control else [])
     try:
         from inkling_probe.compare import modality
@@ -84,7 +90,7 @@ def command(ref, cand, control, name_map, metric, threshold, k, include, steps, 
                              threshold=threshold, k=k, include=include or None, steps=set(steps) or None,
                              explain=not no_explain, explain_keys=explain_keys, decisions=decisions,
                              ref_row=ref_row, cand_row=cand_row, progress=progress,
-                             jobs=1 if rows_kind else jobs)  # a view is read in this process
+                             jobs=1 if rows_kind else jobs, cluster=cluster)  # a view is read in this process
         replayed = _replay(replay_key, ckpt, factory, dumps[0]) if replay_key else None
         confirmed = _confirm(report, ckpt, factory, dumps[0]) if confirm else None
         mm = modality.to_dict(report, dumps[0], dumps[1], rows_kind)

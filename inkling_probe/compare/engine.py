@@ -10,7 +10,7 @@ largest tensor, not the dump.
 """
 from __future__ import annotations
 
-from inkling_probe.compare import boundary, coverage, divergence, floor, parallel, relations
+from inkling_probe.compare import boundary, cluster as on_cluster, coverage, divergence, floor, parallel, relations
 from inkling_probe.compare import steps as decode_steps
 from inkling_probe.compare.align import align, entries
 from inkling_probe.compare.report import Report
@@ -43,7 +43,7 @@ def _filtered(ents: dict, include, steps) -> dict:
 def _compare(ref, cand, control=None, *, name_map=None, metric: str = "rel_rms", threshold: float | None = None,
              k: float = floor.K_DEFAULT, include=None, steps=None, explain: bool = True, max_explain: int = 8,
              explain_keys=(), decisions=(), ref_row: int | None = None, cand_row: int | None = None,
-             progress=None, jobs: int | None = None) -> Report:
+             progress=None, jobs: int | None = None, cluster=None) -> Report:
     """Compare dump ``cand`` against dump ``ref`` (paths or open dumps); see docs/COMPARE.md.
 
     ``control`` is a second reference differing only in a benign factor (sets the noise floor per
@@ -52,7 +52,8 @@ def _compare(ref, cand, control=None, *, name_map=None, metric: str = "rel_rms",
     ``steps`` a set of steps; ``explain_keys`` keys to explain besides the culprits;
     ``decisions`` globs of keys that are routing decisions (besides declared ones);
     ``ref_row``/``cand_row`` the batch row to compare when that side ran a batch.
-    ``progress(done, total, key)`` is called per key.
+    ``progress(done, total, key)`` is called per key. ``cluster`` (a Dask scheduler address or a
+    distributed.Client) measures on that cluster's workers instead of ``jobs`` processes (compare/cluster.py).
     """
     import math
 
@@ -78,7 +79,9 @@ def _compare(ref, cand, control=None, *, name_map=None, metric: str = "rel_rms",
     held = {(k, s) for (k, s, c) in ents["candidate"]}  # a call the candidate lacks may pair by expert
     paired = [p for p in al.pairs if p.cand is not None or (p.key, p.step) in held]
     ahead = [p for p in paired if p.cand is not None]
-    with parallel.walk_ahead(dumps, ents, ahead, metric, (ref_row, cand_row), jobs):
+    shared = [d.path for d in dumps.values() if d is not None]
+    with on_cluster.connected(cluster, shared) as pool, \
+            parallel.walk_ahead(dumps, ents, ahead, metric, (ref_row, cand_row), jobs, pool=pool):
         for i, p in enumerate(paired):
             row = walker.row(p)
             if row is not None:
@@ -93,7 +96,7 @@ def _compare(ref, cand, control=None, *, name_map=None, metric: str = "rel_rms",
     divergence.attribute(report.control_rows)
     report.first_divergence = divergence.first_divergence(report.rows)
     report.culprits = divergence.culprits(report.rows) or divergence.culprits(report.control_rows)
-    report.notes += walker.summary_notes()
+    report.notes += walker.summary_notes() + (pool.final_notes if pool is not None else [])
     cov = coverage.summary(report.rows + report.control_rows)
     all_clear = not report.diverged and not report.unchecked  # its one line says the coverage itself
     if not all_clear or cov["rows_judged"] < cov["rows_recorded"] or cov["rows_loose"]:  # every verdict says it

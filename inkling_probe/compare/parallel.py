@@ -98,10 +98,12 @@ def one_blas_thread():
 class Job:
     """One measurement to run ahead: ``measure(ref, cand, metric, rtol, batch_rows=...)``."""
 
-    __slots__ = ("ref_path", "ref", "cand_path", "cand", "metric", "rtol", "batch_rows", "key", "nbytes")
+    __slots__ = ("ref_path", "ref", "cand_path", "cand", "metric", "rtol", "batch_rows", "key", "nbytes", "labels")
 
-    def __init__(self, ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: float, batch_rows):
+    def __init__(self, ref_dump, ref: Entry, cand_dump, cand: Entry, metric: str, rtol: float, batch_rows,
+                 labels=("reference", "candidate")):
         self.ref_path, self.ref, self.cand_path, self.cand = ref_dump.path, ref, cand_dump.path, cand
+        self.labels = labels  # which of compare's dumps each side is (named in a cluster's notes)
         self.metric, self.rtol, self.batch_rows = metric, float(rtol), tuple(batch_rows)
         self.key = readahead.key_of(ref_dump, ref, cand_dump, cand, metric, rtol, batch_rows)
         self.nbytes = sum(int(r.get("numel") or 0) * 4 for r in ref.rows + cand.rows)  # about
@@ -110,7 +112,7 @@ class Job:
 class ReadAhead:
     """Runs the :class:`Job` list in order, ``window`` jobs ahead of the one last taken."""
 
-    def __init__(self, plan: list[list[Job]], jobs: int, window: int | None = None):
+    def __init__(self, plan: list[list[Job]], jobs: int, window: int | None = None, pool=None):
         self.plan = plan  # per pair (walk order): its jobs
         self.jobs = jobs
         self.window = window or 2 * jobs
@@ -119,7 +121,8 @@ class ReadAhead:
         self.next = 0  # first pair not yet submitted
         self.hits = self.misses = 0
         self.workers: dict = {}  # pid -> its latest {"cpu_s", "peak_rss"}
-        self.pool = ProcessPoolExecutor(jobs, mp_context=_context(), initializer=_init_worker)
+        # pool: what runs _run (submit, shutdown), e.g. a Dask cluster's (compare/cluster.py)
+        self.pool = pool or ProcessPoolExecutor(jobs, mp_context=_context(), initializer=_init_worker)
 
     def take(self, key: tuple):
         """The worker's :class:`Measured` for ``key`` (waiting for it), or None when not planned."""
@@ -187,14 +190,16 @@ def _init_worker() -> None:
     _BASE.append(_usage()["peak_rss"])
 
 
-def _run(job: Job):
+def _run(job: Job, dumps: dict | None = None):
     from inkling_probe.compare.measure import measure
     from inkling_probe.store.dump import Dump
 
+    opened = _DUMPS if dumps is None else dumps  # path -> open Dump
+
     def dump(path):
-        if path not in _DUMPS:
-            _DUMPS[path] = Dump(path)
-        return _DUMPS[path]
+        if path not in opened:
+            opened[path] = Dump(path)
+        return opened[path]
 
     m = measure(dump(job.ref_path), job.ref, dump(job.cand_path), job.cand, job.metric, job.rtol,
                 batch_rows=job.batch_rows)
@@ -226,22 +231,26 @@ def plan_of(dumps: dict, pairs: list[Pair], rtol_of, metric: str, batch_rows, co
             js.append(Job(dumps["reference"], p.ref, dumps["candidate"], p.cand, metric, rtol, batch_rows))
         ctl = control_entry(p)
         if ctl is not None and not (same_bits(p.ref, ctl) and batch_rows[0] is None):
-            js.append(Job(dumps["reference"], p.ref, dumps["control"], ctl, metric, rtol, (batch_rows[0], None)))
+            js.append(Job(dumps["reference"], p.ref, dumps["control"], ctl, metric, rtol, (batch_rows[0], None),
+                          ("reference", "control")))
         plan.append(js)
     return plan
 
 
 @contextlib.contextmanager
-def read_ahead(plan: list[list[Job]], jobs: int | None = None, min_bytes: int = MIN_BYTES):
+def read_ahead(plan: list[list[Job]], jobs: int | None = None, min_bytes: int = MIN_BYTES, pool=None):
     """Measure ``plan`` ahead in ``jobs`` worker processes (default: the cores) while the body runs;
     nothing runs ahead with one job or with less than ``min_bytes`` to read (the walker reads itself:
-    a thread reading ahead cost 1.35x the wall time on 2 shared cores, docs/COMPARE.md)."""
+    a thread reading ahead cost 1.35x the wall time on 2 shared cores, docs/COMPARE.md). ``pool``: a
+    compare/cluster.py ClusterPool measuring on a Dask cluster, ``pool.jobs`` at a time, whatever the size."""
     jobs = default_jobs() if jobs is None else jobs
+    if pool is not None:
+        jobs, min_bytes = pool.jobs, 0
     total = sum(j.nbytes for js in plan for j in js)
-    if jobs <= 1 or total < min_bytes or active() is not None:
+    if (jobs <= 1 and pool is None) or total < min_bytes or active() is not None:
         yield None
         return
-    ahead = ReadAhead(plan, jobs)
+    ahead = ReadAhead(plan, jobs, pool=pool)
     try:
         with installed(ahead):  # measure.measure takes its results through readahead.lookup
             yield ahead
@@ -250,7 +259,7 @@ def read_ahead(plan: list[list[Job]], jobs: int | None = None, min_bytes: int = 
 
 
 def walk_ahead(dumps: dict, ents: dict, pairs: list[Pair], metric: str, batch_rows, jobs: int | None = None,
-               min_bytes: int | None = None):
+               min_bytes: int | None = None, pool=None):
     """:func:`read_ahead` for the walker's pairs: the tolerance each is expected to be measured
     with is the walker's base threshold for the precision seen so far along ``pairs``."""
     from inkling_probe.compare import floor
@@ -266,7 +275,7 @@ def walk_ahead(dumps: dict, ents: dict, pairs: list[Pair], metric: str, batch_ro
     control = ents.get("control") or {}
     plan = plan_of(dumps, pairs, lambda p: rtols[id(p)], metric, batch_rows,
                    lambda p: control.get((p.key, p.step, p.call)) if dumps.get("control") is not None else None)
-    stack.enter_context(read_ahead(plan, jobs, MIN_BYTES if min_bytes is None else min_bytes))
+    stack.enter_context(read_ahead(plan, jobs, MIN_BYTES if min_bytes is None else min_bytes, pool))
     return stack
 
 
