@@ -2,7 +2,8 @@
 
 Model code calls :func:`probe` at each probe point; with ``INKLING_PROBE`` unset the call returns at
 once. :func:`record` captures any ``torch.nn.Module`` with forward hooks, :func:`open` reads a dump,
-``compare(ref, cand, control=None)`` compares two (a report with an HTML view, ``.plot()``).
+:func:`compare_dumps` compares two (a report with an HTML view, ``.plot()``; also
+``inkling_probe.compare.compare``).
 docs/PROBES.md lists the settings and docs/FORMAT.md the file format.
 """
 from inkling_probe.sink import enabled, probe, recording, step
@@ -18,14 +19,17 @@ def record(module, path=None, include=None, inputs=True, name_map=None, token_di
     return hooks_record(module, path, include, inputs, name_map, token_dim, batch_row, **settings)
 
 
-__all__ = ["probe", "step", "enabled", "recording", "record", "open", "compare", "NameMap"]
+__all__ = ["probe", "step", "enabled", "recording", "record", "open", "compare_dumps", "compare", "NameMap"]
 
 
 def __getattr__(name):  # heavy parts load on first use, so `import inkling_probe` stays light
     if name == "open":
         from inkling_probe.store.reader import open_dump
         return open_dump
-    if name == "compare":  # the package, callable: inkling_probe.compare(ref, cand, control=None, ...)
+    if name == "compare_dumps":  # compare(ref, cand, control=None, ...): compare/engine.py
+        from inkling_probe.compare.engine import compare
+        return compare
+    if name == "compare":  # the package; calling it is deprecated (0.2.0, goes in 0.3.0): compare_dumps
         import inkling_probe.compare as package
         from inkling_probe.views.notebook import callable_compare
         return callable_compare(package)

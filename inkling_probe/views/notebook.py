@@ -72,27 +72,21 @@ class ReportViews:
 
 
 class _CallablePackage(types.ModuleType):
-    """The ``inkling_probe.compare`` package, callable: ``inkling_probe.compare(ref, cand, ...)``."""
+    """The ``inkling_probe.compare`` package, callable for one more release: ``inkling_probe.compare(ref,
+    cand, ...)`` is deprecated since 0.2.0 (a package and a function do not share a name); it warns and
+    calls :func:`inkling_probe.compare_dumps`, the same function. Removed in 0.3.0."""
 
     def __call__(self, *args, **kwargs):
-        report = self.compare(*args, **kwargs)
-        give_views(type(report))
-        return report
+        import warnings
+
+        warnings.warn("inkling_probe.compare(...) is deprecated since 0.2.0 and goes in 0.3.0: use "
+                      "inkling_probe.compare_dumps(...) (or inkling_probe.compare.compare(...))",
+                      DeprecationWarning, stacklevel=2)
+        return self.compare(*args, **kwargs)
 
 
 def callable_compare(package):
-    """The compare package made callable (a bridge until compare/__init__.py does it itself)."""
+    """The compare package made callable for the deprecated ``inkling_probe.compare(...)`` (0.2.0 only)."""
     if not callable(package):
         package.__class__ = _CallablePackage
     return package
-
-
-def give_views(report_class) -> None:
-    """Give a Report class that does not inherit :class:`ReportViews` its methods (a bridge until it
-    does; then this finds nothing to do)."""
-    if issubclass(report_class, ReportViews):
-        return
-    for attr in ("_repr_html_", "summary", "plot", "heatmap", "to_pandas"):
-        if not hasattr(report_class, attr):
-            setattr(report_class, attr, getattr(ReportViews, attr))
-    report_class.__repr__ = ReportViews.__repr__

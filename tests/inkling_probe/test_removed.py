@@ -84,3 +84,22 @@ def test_the_new_homes_import_without_a_warning():
         from inkling_probe.compare import parallel, readahead  # noqa: F401
         from inkling_probe.store.dump import Dump  # noqa: F401
         from inkling_probe.store.reader import as_dump, open_dump  # noqa: F401
+
+
+def test_calling_the_compare_package_is_deprecated_and_compare_dumps_is_the_same(tmp_path):
+    """inkling_probe.compare(...) warns for one release (0.2.0) and gives what compare_dumps gives."""
+    import warnings
+
+    import torch
+
+    import inkling_probe
+    from dumps import write
+
+    a = write(tmp_path / "a", [[("x", torch.ones(4, 16))]])
+    b = write(tmp_path / "b", [[("x", torch.ones(4, 16) * 1.5)]])
+    new = inkling_probe.compare_dumps(a, b, explain=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        old = inkling_probe.compare(a, b, explain=False)
+    assert any(issubclass(w.category, DeprecationWarning) and "compare_dumps" in str(w.message) for w in caught)
+    assert old.to_dict() == new.to_dict() and new.diverged

@@ -131,7 +131,7 @@ def test_inkling_probe_compare_is_callable_and_its_report_has_the_views(tmp_path
     ref, cand = write(tmp_path / "ref", steps), write(tmp_path / "cand", bad)
     code = f"""if True:  # a fresh interpreter, as in a notebook
         import inkling_probe
-        rep = inkling_probe.compare({ref!r}, {cand!r})
+        rep = inkling_probe.compare_dumps({ref!r}, {cand!r})
         print(repr(rep))
         assert "CULPRIT 1" in rep._repr_html_() and "culprit 1: layers.1.out" in rep.summary()
         import inkling_probe.compare.engine
