@@ -117,9 +117,25 @@ class _Capture:
         return hook
 
 
+class _StepEachForward:
+    """Root pre-hook of ``record(steps="auto")``: a forward of the root that finds the step it ran in
+    last time still current starts the next one (no caller stepped in between)."""
+
+    def __init__(self) -> None:
+        self.last: int | None = None  # the recorder's step id at the root's last forward
+
+    def __call__(self, module, args) -> None:
+        rec = sink.active_recorder()
+        if rec is None:
+            return
+        if self.last is None and not rec.step_started() or self.last is not None and rec.step_id == self.last:
+            sink.step()
+        self.last = rec.step_id
+
+
 @contextlib.contextmanager
 def record(module: torch.nn.Module, path=None, include=None, inputs: bool = True, name_map=None,
-           token_dim: int | str | None = "auto", batch_row: int | None = None, **settings):
+           token_dim: int | str | None = "auto", batch_row: int | None = None, steps: str = "auto", **settings):
     """Record every matching submodule's outputs (and inputs) while the block runs.
 
     ``path`` is the dump directory; with ``path=None`` the already active recorder (from
@@ -131,13 +147,18 @@ def record(module: torch.nn.Module, path=None, include=None, inputs: bool = True
     token-flattened ``[B*T, ...]`` -> 0, else none); an int forces one dim for every tensor.
     ``batch_row`` keeps one row of the batch, as if that prompt ran alone (``[B, ...]`` -> ``[1, ...]``,
     ``[B*T, ...]`` -> ``[T, ...]``, B and T from the root's input as for ``"auto"``): the side of a
-    batch-composition pair that holds the other side's prompt. Hooks are removed on exit, also
-    when the block raises.
+    batch-composition pair that holds the other side's prompt. ``steps``: ``"auto"`` (default) makes
+    each forward of ``module`` one step (step 0 the first: under ``generate`` the prefill, then one
+    step a decode forward) unless :func:`inkling_probe.step` was called since the last forward (the
+    caller steps); ``"manual"``: only :func:`inkling_probe.step` starts a step (forwards without one
+    are calls of the same step). Hooks are removed on exit, also when the block raises.
     """
     from inkling_probe.store.namemap import NameMap
 
     if batch_row is not None and (isinstance(batch_row, bool) or not isinstance(batch_row, int) or batch_row < 0):
         raise ValueError(f"record(batch_row={batch_row!r}): expected a row index >= 0")
+    if steps not in ("auto", "manual"):
+        raise ValueError(f"record(steps={steps!r}): expected 'auto' or 'manual'")
     capture = _Capture(include, NameMap.load(name_map) if name_map is not None else None, token_dim, batch_row)
     handles = []
     with contextlib.ExitStack() as stack:
@@ -146,6 +167,8 @@ def record(module: torch.nn.Module, path=None, include=None, inputs: bool = True
         elif not sink.enabled():
             raise RuntimeError("record(module) without a path needs recording on (INKLING_PROBE or recording())")
         try:
+            if steps == "auto":
+                handles.append(module.register_forward_pre_hook(_StepEachForward()))
             handles.append(module.register_forward_pre_hook(capture.learn_shape, with_kwargs=True))
             for mpath, sub in module.named_modules():
                 if not capture.wanted(mpath):

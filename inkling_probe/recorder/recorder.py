@@ -125,6 +125,10 @@ class Recorder:
             self._writer = SegmentWriter(s.path, self.rank, self.world_size, **options)
         return self._writer
 
+    def step_started(self) -> bool:
+        """Whether a step was started (:meth:`next_step` called, or anything recorded)."""
+        return self._touched
+
     def next_step(self) -> None:
         """Start the next step (after the current one is on disk); the first call keeps step 0."""
         with self._mutex:

@@ -165,3 +165,42 @@ def test_batch_row_out_of_range_is_one_line(tmp_path):
     with pytest.raises(ValueError, match="expected a row index >= 0"):
         with inkling_probe.record(Tokens(), tmp_path / "e", batch_row=-1):
             pass
+
+
+def _tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def _generate(model, path, **kw):
+    with torch.no_grad(), inkling_probe.record(model, str(path), writer="inline", **kw):
+        model.generate(torch.tensor([[3, 5, 7, 9, 11, 13, 15, 17]]), max_new_tokens=5, do_sample=False,
+                       pad_token_id=0)
+    return inkling_probe.open(str(path))
+
+
+def test_each_forward_of_generate_is_one_step(tmp_path):
+    """record(model) around generate: step 0 the prefill (8 tokens), steps 1..4 one decode token each."""
+    d = _generate(_tiny_llama(), tmp_path / "d")
+    assert d.steps("lm_head") == [0, 1, 2, 3, 4]
+    assert d.array("model.embed_tokens", step=0).shape[1] == 8
+    assert all(d.array("model.embed_tokens", step=s).shape[1] == 1 for s in range(1, 5))
+
+
+def test_a_caller_that_steps_is_not_stepped_twice(tmp_path):
+    model = _tiny_llama()
+    model.register_forward_pre_hook(lambda m, a: inkling_probe.step())  # before record's hooks
+    d = _generate(model, tmp_path / "d")
+    assert d.steps("lm_head") == [0, 1, 2, 3, 4]
+
+
+def test_manual_steps_keep_every_forward_in_step_zero_as_calls(tmp_path):
+    d = _generate(_tiny_llama(), tmp_path / "d", steps="manual")
+    assert d.steps("lm_head") == [0]
+    with pytest.raises(ValueError, match="steps='each'"):
+        with inkling_probe.record(_tiny_llama(), str(tmp_path / "e"), steps="each"):
+            pass

@@ -74,7 +74,7 @@ def test_a_decode_only_fault_is_found_at_its_first_decode_step(ref, tmp_path):
     _generate(model, cand, path)
     rep = compare(path, cand, explain=False)
     assert rep.diverged and not rep.unchecked
-    assert rep.culprit.key.startswith(LAYER) and rep.culprit.call == 1  # the first decode forward
+    assert rep.culprit.key.startswith(LAYER) and rep.culprit.step == 1  # the first decode forward (one step each)
 
 
 def test_a_clean_forced_candidate_is_within_tolerance_at_every_step(ref, tmp_path):
@@ -83,7 +83,7 @@ def test_a_clean_forced_candidate_is_within_tolerance_at_every_step(ref, tmp_pat
     _generate(_model(), cand, path)
     rep = compare(path, cand, explain=False)
     assert not rep.diverged and not rep.unchecked
-    assert {r.call for r in rep.rows} == set(range(NEW))
+    assert {r.step for r in rep.rows} == set(range(NEW))  # record(model): each forward one step
 
 
 def test_a_different_prompt_is_refused(ref):
