@@ -27,8 +27,21 @@ from inkling_probe.compare.report import Row, join_notes, score_of
 K_ROW = 3.0  # a token row diverges past K_ROW x its allowance (rows fluctuate more than tensors); a key
 # of one token row (a decode step's) is that row, and gets its row's allowance (unless the user set one)
 MIN_ROW_VALUES = 16  # rows narrower than this are too noisy to judge alone (top-k weights, gammas)
+SCALE_STEPS = 1.0  # a key scaled along its own values by more than this many epsilons of its coarsest
+# dtype (and K x the control's own scale) diverges: rounding moves values both ways; a systematic factor
+# of one ulp at 1 is the most a biased rounding gives (bf16: 0.0078; benign long MoE pairs at most 0.0048)
+SCALE_Z = 4.0  # ... and by more than SCALE_Z x what its error's size gives by chance along the values:
+# rel_rms / sqrt(token rows) (an error shared within a row, as rounding a row's norm is: measured on benign
+# long MoE bf16 pairs up to 4.7 x rel_rms / sqrt(rows) is out of reach only with the epsilon floor)
 LOOSE = 3.0  # a row allowed more than LOOSE x its allowance without a changed decision's reach is judged
 # loosely: a fault smaller than that reach would not show there (coverage counts it; the verdict says so)
+
+
+def scale_of(m) -> float | None:
+    """``<c - r, r> / <r, r>`` from a pair's metrics (cosine x cand_rms / ref_rms - 1); None without."""
+    if m is None or not m.ref_rms or not np.isfinite(m.cosine):
+        return None
+    return float(m.cosine * m.cand_rms / m.ref_rms - 1.0)
 
 
 class Judge:
@@ -104,6 +117,33 @@ class Judge:
             row.rows_loose = int(m.token_rows or 1)
         if shared is not None and row.status in ("exact", "ok", "diverged") and width >= MIN_ROW_VALUES:
             self.shared_rows(row, m, shared, base)
+        if ctl is not None and row.status == "ok" and not integer and width >= MIN_ROW_VALUES \
+                and self.user is None and self.metric == "rel_rms":
+            self.scaled(row, m, ctl, precision, own, width)
+
+    def scaled(self, row: Row, m: Measured, ctl: Measured, precision, own=None, width: int = 1) -> None:
+        """The key's error along the reference's own values: ``s = <c - r, r> / <r, r>``, the factor
+        the candidate applies to the reference as a whole (x(1 + s)). Rounding and a benign twin move
+        values in every direction; a fault that scales (a weight, a norm, an expert, some rows) moves
+        them along the values, where the error's size alone can hide under a noisy control (long MoE
+        bf16: every expert x1.04 at 0.44 of the allowance, a 0.04 scale against the control's 0.002).
+        Allowed K x the control's own scale, at least SCALE_STEPS epsilons of the coarsest dtype and
+        SCALE_Z x the scale its error's size gives by chance (rel_rms / sqrt(token rows)), and
+        the part along the values of what a changed decision's reach may carry (``own`` ``[n]``: its
+        error in no particular direction projects 1/sqrt(width) of itself onto a row of ``width``)."""
+        s, s_ctl = scale_of(m.metrics), scale_of(ctl.metrics) if ctl.status in ("ok", "exact") else None
+        if s is None or s_ctl is None:
+            return
+        eps = floor.precision_rank(floor.coarsest(row.ref_dtype, row.cand_dtype, precision))
+        chance = SCALE_Z * m.metrics.rel_rms / np.sqrt(max(m.token_rows or 1, 1))  # an error in no direction
+        allow = max(self.k * abs(s_ctl), SCALE_STEPS * eps, chance)
+        if own is not None and len(own):  # a flip's carried error, in no particular direction: its part
+            allow = float(np.hypot(allow, np.sqrt(np.mean(own ** 2) / max(width, 1))))  # along r
+        score = abs(s) / allow if allow > 0 else (np.inf if s else 0.0)
+        if score > max(row.score, 1.0):
+            row.score, row.status = float(score), "diverged"
+            row.note = join_notes(row.note, f"scaled x{1 + s:.4g} along the reference's own values (the control: "
+                                            f"x{1 + s_ctl:.4g}; allowed {allow:.2g})")
 
     def shared_rows(self, row: Row, m: Measured, shared, base: float) -> None:
         """Rows set aside on both sides after the same decisions, each against the control's own

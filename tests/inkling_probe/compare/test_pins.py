@@ -5,7 +5,7 @@ the pair's two cases sit one on each side of it (the margins are written in the 
 constant moved in either direction by a meaningful amount, or a branch removed, turns one of them
 red. divergence.py's INDEPENDENT, DECAY, ORIGIN_MIN and RISE are pinned in test_rules.py; here:
 decisions.TIE_K, routing.UNCLASSIFIED_MAX, K on decision rows with a control, the ranking of
-independent culprits and ``_born``'s ``not row.clear_flips``, judge.K_ROW, MIN_ROW_VALUES and LOOSE,
+independent culprits and ``_born``'s ``not row.clear_flips``, judge.K_ROW, MIN_ROW_VALUES, SCALE_STEPS and LOOSE,
 reach.SPREAD and MIXING, floor.ROUNDING_K and coverage.FAULT_ROWS.
 """
 import numpy as np
@@ -204,6 +204,22 @@ def test_k_row_a_key_of_one_token_row_is_judged_as_that_row(tmp_path, times, div
     cnd = write(tmp_path / "c", [[("layers.0.mlp.out", _off(x, [0], times * 0.01))]])
     row = compare(ref, cnd, control=ctl, explain=False).row("layers.0.mlp.out")
     assert row.floor == pytest.approx(0.01, rel=1e-3) and row.diverged is diverged
+
+
+# --- judge.SCALE_STEPS = 1: a key scaled along its own values past one epsilon (and K x the control's) --
+@pytest.mark.parametrize("factor, diverged", [(1.005, False), (1.02, True)])
+def test_scale_steps_a_scaled_key_diverges_under_a_noisy_control(tmp_path, factor, diverged):
+    """bf16 values, both sides 3% noise (the control's error 0.03 allows 0.06), the candidate also
+    x``factor``: x1.02 is within the error allowance (0.036) but 2.6 bf16 epsilons along the values:
+    diverged, named as scaled; x1.005 (0.64 epsilons) passes."""
+    x = _rand(64, 64, seed=1)
+    noisy = lambda seed: x + 0.03 * x.norm(dim=1, keepdim=True) / 8 * _rand(64, 64, seed=seed)
+    ref = write(tmp_path / "r", [[("layers.0.mlp.out", x.bfloat16())]])
+    ctl = write(tmp_path / "t", [[("layers.0.mlp.out", noisy(5).bfloat16())]])
+    cnd = write(tmp_path / "c", [[("layers.0.mlp.out", (noisy(6) * factor).bfloat16())]])
+    row = compare(ref, cnd, control=ctl, explain=False).row("layers.0.mlp.out")
+    assert row.error < 2 * row.floor  # the error's size alone is within allowance
+    assert row.diverged is diverged and ("scaled x" in row.note) is diverged
 
 
 # --- judge.MIN_ROW_VALUES = 16: rows narrower than 16 values are not judged alone -------------------------
