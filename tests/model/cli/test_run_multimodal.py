@@ -53,7 +53,7 @@ def test_native_and_hf_generate_alike_and_compare_names_modality(files):
 
 
 @pytest.mark.parametrize("args,msg", [
-    (["--image", "/nonexistent.png"], "no such file"),
+    (["--image", "/nonexistent.png"], "No such file or directory"),
     (["--tokens", "1,510,510,8"], "2 image placeholder(s)"),
     (["--tokens", "1,5", "--tokens", "1,6"], "one prompt"),
     (["--enforce-eager"], "multimodal prefill then eager decode"),
