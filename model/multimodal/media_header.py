@@ -24,6 +24,7 @@ PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}  # colour type -> samples per pixe
 _SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
 _STANDALONE = {0x01, *range(0xD0, 0xD8)}  # TEM, RSTn: no length field
 MAX_SEGMENTS = 4096  # JPEG segments (or WAV chunks) before the frame header (or data): a real file has tens
+MAX_PNG_CHUNKS = 1 << 20  # a 100 MB image stream in 8 KB IDAT chunks is 12800
 WAV_FORMATS = {1: "PCM"}
 WAV_WIDTHS = (1, 2, 4)
 
@@ -77,7 +78,29 @@ def png_header(path) -> ImageHeader:
     w, h, depth, color = struct.unpack(">IIBB", body[:10])
     if color not in PNG_CHANNELS or depth not in (1, 2, 4, 8, 16):
         raise MediaError(f"{path}: PNG bit depth {depth}, colour type {color} is not a PNG image type")
+    _png_chunks_fit(path)
     return ImageHeader("png", w, h, 4 if color == 3 else PNG_CHANNELS[color] * max(1, depth // 8))
+
+
+def _png_chunks_fit(path) -> None:
+    """Every chunk up to IEND lies within the file (their headers read by seeking): a decoder that
+    allocates what a chunk declares (Pillow does) is never handed a 4 GB length in a 100-byte file."""
+    f, size = _open(path)
+    with f:
+        pos = len(PNG_SIG)
+        for _ in range(MAX_PNG_CHUNKS):
+            f.seek(pos)
+            head = f.read(8)
+            if len(head) < 8:
+                raise MediaError(f"{path}: PNG ends at byte {pos} without an IEND chunk")
+            n, kind = struct.unpack(">I4s", head)
+            if pos + 12 + n > size:
+                raise MediaError(f"{path}: PNG chunk {kind!r} at byte {pos} declares {n} bytes, past the end of "
+                                 f"the file ({size} bytes)")
+            if kind == b"IEND":
+                return
+            pos += 12 + n
+    raise MediaError(f"{path}: PNG with more than {MAX_PNG_CHUNKS} chunks")
 
 
 def jpeg_header(path) -> ImageHeader:
