@@ -21,6 +21,9 @@ DIVERGED_ONLY_NOTE = ("note: --diverged-only is deprecated and has no effect (di
                       "the default table); it will be removed in the next release")
 
 
+MAX_JOBS = 256  # worker processes; more than a machine has cores only queue (a huge N would fork N)
+
+
 @click.command("compare")
 @click.argument("ref", type=click.Path())
 @click.argument("cand", type=click.Path())
@@ -56,7 +59,7 @@ DIVERGED_ONLY_NOTE = ("note: --diverged-only is deprecated and has no effect (di
 @click.option("--rows", "rows_kind", type=click.Choice(["text", "image", "audio"]), default=None,
               help="Judge one modality of a multimodal run: only its token rows (and its tower's keys), each "
                    "dump's own rows (docs/MULTIMODAL.md).")
-@click.option("--jobs", "-j", type=Whole(min=1), default=None,
+@click.option("--jobs", "-j", type=Whole(min=1, max=MAX_JOBS), default=None,
               help="Worker processes reading and measuring keys ahead (default: the cores); same result for any N.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(ref, cand, control, name_map, metric, threshold, k, include, steps, all_rows, diverged_only, no_explain,
