@@ -17,6 +17,9 @@ from inkling_probe.cli.common import BadInput, Real, Whole, console, emit_json, 
 METRICS = ("rel_rms", "cosine", "max_abs", "max_rel", "outside")
 
 
+MAX_JOBS = 256  # worker processes; more than a machine has cores only queue (a huge N would fork N)
+
+
 @click.command("compare")
 @click.argument("ref", type=click.Path())
 @click.argument("cand", type=click.Path())
@@ -51,7 +54,7 @@ METRICS = ("rel_rms", "cosine", "max_abs", "max_rel", "outside")
 @click.option("--rows", "rows_kind", type=click.Choice(["text", "image", "audio"]), default=None,
               help="Judge one modality of a multimodal run: only its token rows (and its tower's keys), each "
                    "dump's own rows (docs/MULTIMODAL.md).")
-@click.option("--jobs", "-j", type=Whole(min=1), default=None,
+@click.option("--jobs", "-j", type=Whole(min=1, max=MAX_JOBS), default=None,
               help="Worker processes reading and measuring keys ahead (default: the cores); same result for any N.")
 @click.option("--cluster", default=None, metavar="ADDRESS", envvar="INKLING_PROBE_CLUSTER", show_envvar=True,
               help="Measure keys on this Dask cluster's workers (tcp://scheduler:8786) instead of --jobs; the dumps "

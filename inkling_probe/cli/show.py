@@ -7,6 +7,9 @@ from inkling_probe.cli.common import BadInput, Whole, console, emit_json, open_d
 from inkling_probe.views.format import finite_or_none, fmt
 
 
+MAX_BINS = 4096  # a terminal line a bin; 10**11 bins asked numpy for 745 GiB (exit 3)
+
+
 @click.command("show")
 @click.argument("dump", type=click.Path())
 @click.argument("key")
@@ -14,7 +17,7 @@ from inkling_probe.views.format import finite_or_none, fmt
 @click.option("--call", type=Whole(min=0), default=0, show_default=True, help="Which call of KEY within the step.")
 @click.option("--rank", type=Whole(min=0), default=None, help="One rank's shard instead of the global view.")
 @click.option("--slice", "slice_text", default=None, help="Numpy-style slice to print, e.g. '0:4,:8'.")
-@click.option("--bins", default=24, show_default=True, type=Whole(min=1), help="Histogram bins.")
+@click.option("--bins", default=24, show_default=True, type=Whole(min=1, max=MAX_BINS), help="Histogram bins.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(dump, key, step, call, rank, slice_text, bins, as_json):
     """Show KEY of DUMP: statistics over its values, a slice and a histogram.

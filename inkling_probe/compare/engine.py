@@ -88,6 +88,7 @@ def _compare(ref, cand, control=None, *, name_map=None, metric: str = "rel_rms",
                 report.rows.append(row)
             if progress:
                 progress(i + 1, len(paired), p.key)
+        report.notes += parallel.worker_notes()  # a worker's death: what was measured again, and where
     report.control_rows = walker.control_only_rows()
     decode_steps.link_cache(report.rows)
     divergence.attribute(report.rows)

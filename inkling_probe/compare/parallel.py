@@ -23,6 +23,7 @@ import contextlib
 import os
 from collections import OrderedDict
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 from inkling_probe.compare.align import Entry, Pair
 from inkling_probe.compare import readahead
@@ -30,6 +31,7 @@ from inkling_probe.compare.readahead import active, installed
 from inkling_probe.removed import module_getattr
 
 MIN_BYTES = 64 << 20  # below this much data to read, worker start-up costs more than it saves
+MAX_POOLS = 3  # a worker's death starts a fresh pool at most twice; after that this process measures the rest
 LAST_WORKERS: dict = {}  # pid -> {"cpu_s", "peak_rss"} of the last read-ahead's workers (benchmarks)
 
 
@@ -110,7 +112,12 @@ class Job:
 
 
 class ReadAhead:
-    """Runs the :class:`Job` list in order, ``window`` jobs ahead of the one last taken."""
+    """Runs the :class:`Job` list in order, ``window`` jobs ahead of the one last taken.
+
+    A worker that dies (the OOM killer, a kill) takes the pool with it and every job still pending
+    in it: those jobs go to a fresh pool once, and a job lost twice, or lost once the fresh pools
+    are spent (:data:`MAX_POOLS`), is measured in this process by the walker, as with one job. So
+    the report is the same as one job's; :meth:`notes` says what was measured again and where."""
 
     def __init__(self, plan: list[list[Job]], jobs: int, window: int | None = None, pool=None):
         self.plan = plan  # per pair (walk order): its jobs
@@ -118,39 +125,86 @@ class ReadAhead:
         self.window = window or 2 * jobs
         self.pending: OrderedDict[tuple, tuple[int, Future]] = OrderedDict()
         self.index = {j.key: i for i, js in enumerate(plan) for j in js}
+        self.by_key = {j.key: j for js in plan for j in js}
         self.next = 0  # first pair not yet submitted
         self.hits = self.misses = 0
         self.workers: dict = {}  # pid -> its latest {"cpu_s", "peak_rss"}
-        # pool: what runs _run (submit, shutdown), e.g. a Dask cluster's (compare/cluster.py)
-        self.pool = pool or ProcessPoolExecutor(jobs, mp_context=_context(), initializer=_init_worker)
+        self.deaths = 0  # pools lost to a worker's death
+        self.retried: dict[tuple, str] = {}  # key -> where its lost job was measured again ("worker" / "here")
+        # pool: what runs _run (submit, shutdown): worker processes, or a Dask cluster's (compare/cluster.py)
+        self.pool = pool or self._new_pool()
+
+    def _new_pool(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(self.jobs, mp_context=_context(), initializer=_init_worker)
 
     def take(self, key: tuple):
-        """The worker's :class:`Measured` for ``key`` (waiting for it), or None when not planned."""
+        """The worker's :class:`Measured` for ``key`` (waiting for it), or None when not planned
+        (or lost with a worker for good: the caller measures it)."""
         i = self.index.get(key)
         if i is None:
             self.misses += 1
             return None
         self._fill(i)
         self._drop_before(i)
-        got = self.pending.pop(key, None)
-        if got is None:
-            self.misses += 1
-            return None
+        while True:
+            got = self.pending.pop(key, None)
+            if got is None:
+                self.misses += 1
+                return None
+            try:
+                measured, pid, usage = got[1].result()
+                break
+            except BrokenProcessPool:  # a worker died: this job was lost with the others
+                self.pending[key] = got
+                self._restart()
+            except Exception:  # a worker that raised: measured here, raising here if it must
+                self.misses += 1
+                return None
         self._fill(i)
-        try:
-            measured, pid, usage = got[1].result()
-        except Exception:  # a worker that died or raised: measured here, raising here if it must
-            self.misses += 1
-            return None
         self.hits += 1
         self.workers[pid] = usage
         return measured
 
+    def notes(self) -> list[str]:
+        """One line when a worker died: how many keys were measured again, and where."""
+        if not self.deaths:
+            return []
+        again = sorted(self.retried.items(), key=lambda kv: self.index.get(kv[0], 0))
+        here = [k for k, where in again if where == "here"]
+        names = ", ".join(f"{k[1]}@{k[2]}" for k, _ in again[:4]) + (" ..." if len(again) > 4 else "")
+        return [f"jobs: a worker process died {self.deaths} time(s) (killed: out of memory?); the {len(again)} "
+                f"measurement(s) it held were made again, {len(again) - len(here)} in a fresh worker and "
+                f"{len(here)} in this process ({names}); the verdict is the one job's"]
+
     def _fill(self, i: int) -> None:
-        while self.next < len(self.plan) and self.next <= i + self.window:
+        while self.pool is not None and self.next < len(self.plan) and self.next <= i + self.window:
             for j in self.plan[self.next]:
-                self.pending[j.key] = (self.next, self.pool.submit(_run, j))
+                self._submit(j, self.next)
             self.next += 1
+
+    def _submit(self, job: Job, n: int) -> None:
+        try:
+            self.pending[job.key] = (n, self.pool.submit(_run, job))
+        except BrokenProcessPool:
+            self._restart()
+            if self.pool is not None and job.key not in self.pending:
+                self.pending[job.key] = (n, self.pool.submit(_run, job))
+
+    def _restart(self) -> None:
+        """The pool broke: keep what finished, give each lost job one more try in a fresh pool
+        (while :data:`MAX_POOLS` allows), else leave it to this process."""
+        self.deaths += 1
+        _abandon(self.pool)
+        self.pool = self._new_pool() if self.deaths < MAX_POOLS else None
+        for key, (n, fut) in list(self.pending.items()):
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                continue  # finished before the death
+            if self.pool is not None and key not in self.retried:
+                self.retried[key] = "worker"
+                self.pending[key] = (n, self.pool.submit(_run, self.by_key[key]))
+            else:
+                self.retried[key] = "here"
+                self.pending.pop(key)
 
     def _drop_before(self, i: int) -> None:
         """Results of pairs already walked past (skipped rows) are never asked for: drop them."""
@@ -161,9 +215,28 @@ class ReadAhead:
         for _, f in self.pending.values():
             f.cancel()
         self.pending.clear()
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        if self.pool is not None and getattr(self.pool, "_broken", False):  # a death after the last take
+            _abandon(self.pool)
+        elif self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
         LAST_WORKERS.clear()
         LAST_WORKERS.update(self.workers)
+
+
+def _abandon(pool: ProcessPoolExecutor) -> None:
+    """Let a broken pool go without waiting on it: its surviving workers are killed first (Python
+    3.11's executor, cleaning up after a death, can wait forever on a worker it is joining: the kill
+    harness hung so, once in its first few runs)."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        with contextlib.suppress(Exception):
+            proc.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+def worker_notes() -> list[str]:
+    """The running read-ahead's notes (a worker's death), for the report; [] without one."""
+    notes = getattr(active(), "notes", None)
+    return notes() if callable(notes) else []
 
 
 def _context():

@@ -15,6 +15,7 @@ from collections import Counter
 import torch
 
 from inkling_probe.errors import DumpError, NothingRecorded, ProbeError, SettingsError
+from inkling_probe.keys import key_problem
 from inkling_probe.settings import MAX_RANK, Settings, rank_from_env
 from inkling_probe.store import consolidated, schema
 from inkling_probe.store.dtypes import bf16_bits, dtype_name, encode
@@ -414,6 +415,9 @@ def _check_name(name) -> None:
         if c in name:
             raise SettingsError(f"probe name {name!r}: must not contain {c!r} ('/' separates HDF5 "
                                 "groups, '#' marks a repeated call's dataset)")
+    problem = key_problem(name)
+    if problem:
+        raise SettingsError(f"probe name {name!r}: {problem}; no command could report it")
 
 
 def _check_layout(name: str, tensor: torch.Tensor, shard: str, dim) -> None:

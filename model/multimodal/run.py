@@ -13,20 +13,44 @@ from torch import nn
 from .processor import MediaError, MediaInputs, expand_placeholders
 
 
-def prepare(ckpt: str, prompts: list[list[int]], images: tuple, audios: tuple):
-    """(prompts with placeholders expanded, MediaInputs); MediaError / CheckpointError are one line."""
+def prepare(ckpt: str, prompts: list[list[int]], images: tuple, audios: tuple, limits=None):
+    """(prompts with placeholders expanded, MediaInputs); MediaError / CheckpointError are one line.
+
+    Every file's header is checked (:mod:`media_limits`: pixels, duration, channels, the memory
+    budget, the prompt's tokens against ``max_position_embeddings``) before any file is decoded."""
     from .checkpoint import read_multimodal_config
     from .media_io import read_image, read_wav
+    from .media_limits import MediaLimits
 
     config, mm = read_multimodal_config(ckpt)
     if len(prompts) != 1:
         raise MediaError(f"media go with one prompt, got {len(prompts)}: pass --tokens once")
-    media = MediaInputs.build(mm, [read_image(p) for p in images], [read_wav(p, mm.sampling_rate) for p in audios])
+    limits = limits or MediaLimits.from_env()
+    check_headers(mm, config.max_position_embeddings, len(prompts[0]), images, audios, limits)
+    media = MediaInputs.build(mm, [read_image(p, limits) for p in images],
+                              [read_wav(p, mm.sampling_rate, limits) for p in audios])
     ids = expand_placeholders(prompts[0], mm, media)
     from .processor import media_layout
 
     media_layout(torch.tensor(ids), mm, media)  # the count check, before any rank starts
     return [ids], media
+
+
+def check_headers(mm, max_positions: int, prompt_tokens: int, images, audios, limits) -> None:
+    """Every item's header against ``limits``, then all their tokens against the model's positions."""
+    from .media_header import image_header, wav_header
+    from .media_limits import check_rate, check_tokens
+
+    tokens = []
+    for p in images:
+        h = image_header(p)
+        tokens.append((p, limits.check_image(p, h.width, h.height, h.channels, mm.vision.patch_size,
+                                             mm.vision.temporal_patch_size)))
+    for p in audios:
+        h = wav_header(p)
+        check_rate(p, h.rate, mm.sampling_rate)
+        tokens.append((p, limits.check_audio(p, h.frames, h.channels, h.width, h.rate)))
+    check_tokens(prompt_tokens, tokens, max_positions)
 
 
 class MediaOnce(nn.Module):

@@ -6,7 +6,7 @@ HDF5 dumps. How to read one (the name map with its layouts and splits, a file-na
 model params) is given as arguments, or, so that every command reads it the same way, by an
 ``inkling_probe.toml`` file in the dump folder:
 
-    map = "sglang_inkling"        # a shipped map's name or a TOML path (relative to the folder)
+    map = "sglang_inkling"        # a shipped map's name or a TOML file inside the folder (else refused)
     pattern = '(?P<key>.+)\\.rank(?P<rank>\\d+)\\.pt'   # optional
     token_dim = 0                 # optional: where the map does not say (-1 none; default "auto")
     [params]                      # optional: overrides the map's [foreign.params]
@@ -42,15 +42,31 @@ def open_foreign(path, name_map=None, pattern: str | None = None, params: dict |
         raise DumpError(f"{path}: an inkling-probe dump; name_map=, pattern=, params= read foreign dumps "
                         "(compare's name map renames the keys of ours)")
     settings = read_settings(path)
-    spec = name_map if name_map is not None else settings.get("map")
-    if isinstance(spec, str) and settings.get("map") == spec and not os.path.isabs(spec) and \
-            os.path.exists(os.path.join(path, spec)):
-        spec = os.path.join(path, spec)
+    spec = name_map if name_map is not None else _settings_map(path, settings.get("map"))
     nm = NameMap.load(spec) if spec is not None else None
     merged = {**settings.get("params", {}), **(params or {})}
     td = token_dim if token_dim is not None else settings.get("token_dim")
     return ForeignDump(path, nm, pattern if pattern is not None else settings.get("pattern"), merged or None,
                        token_dim=td)
+
+
+def _settings_map(path: str, spec: str | None) -> str | None:
+    """The settings file's ``map``: a shipped map's name, or a file inside the dump folder (links
+    resolved); anything else on the machine is refused, one line (a folder must not make a command
+    read ``/etc/...`` or ``../../secret.toml``)."""
+    from inkling_probe.store.namemap import shipped_maps
+
+    if spec is None or spec in shipped_maps():
+        return spec
+    root = os.path.realpath(path)
+    target = os.path.realpath(os.path.join(root, spec))
+    if os.path.isabs(spec) or os.path.commonpath([root, target]) != root:
+        raise DumpError(f"{os.path.join(path, SETTINGS_FILE)}: map {spec!r} is outside the dump folder (a shipped "
+                        f"map's name, or a file in the folder: {', '.join(shipped_maps())})")
+    if not os.path.isfile(target):
+        raise DumpError(f"{os.path.join(path, SETTINGS_FILE)}: map {spec!r}: no such file in the dump folder and "
+                        f"no shipped map of that name ({', '.join(shipped_maps())})")
+    return target
 
 
 def is_foreign(path) -> bool:

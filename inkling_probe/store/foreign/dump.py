@@ -14,6 +14,7 @@ from collections import OrderedDict, defaultdict
 import numpy as np
 
 from inkling_probe.errors import DumpError
+from inkling_probe.keys import key_problem
 from inkling_probe.store import schema
 from inkling_probe.store.foreign import layout as lay
 from inkling_probe.store.foreign.loaders import describe, load
@@ -92,6 +93,9 @@ class ForeignDump(Dump):
     def _check_duplicates(self, rows: list[dict]) -> None:
         seen: dict[tuple, str] = {}
         for r in rows:
+            problem = key_problem(r["key"])
+            if problem:  # the key rule recording follows (inkling_probe/keys.py)
+                raise DumpError(f"{self.path}: {r['meta']['source_key']!r} reads as key {r['key']!r}: {problem}")
             ident = (r["key"], r["step"], r["call"], r["rank"])
             if ident in seen and seen[ident] != r["meta"]["source_key"]:
                 raise DumpError(f"{self.path}: {seen[ident]!r} and {r['meta']['source_key']!r} both read as key "

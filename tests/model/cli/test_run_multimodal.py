@@ -66,7 +66,7 @@ def test_hf_runs_a_multimodal_checkpoint_on_text_alone_as_native_does(files):
 
 
 @pytest.mark.parametrize("args,msg", [
-    (["--image", "/nonexistent.png"], "no such file"),
+    (["--image", "/nonexistent.png"], "No such file or directory"),
     (["--tokens", "1,510,510,8"], "2 image placeholder(s)"),
     (["--tokens", "1,5", "--tokens", "1,6"], "one prompt"),
     (["--enforce-eager"], "multimodal prefill then eager decode"),

@@ -215,3 +215,28 @@ def test_object_arrays_are_never_unpickled(tmp_path, kind):
         np.savez(tmp_path / "d" / "evil.npz", x=arr)
     one_line_error(run("ls", tmp_path / "d"), "evil.np", "holds Python objects")
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("spec", ["/etc/passwd", "../outside.toml", "sub/../../outside.toml", "link.toml"])
+def test_settings_name_map_outside_the_folder_is_refused(tmp_path, spec):
+    """Issue 42: a folder's settings file could name any file on the machine as its name map."""
+    d = tmp_path / "d"
+    d.mkdir()
+    torch.save(torch.zeros(2), d / "x.pt")
+    (tmp_path / "outside.toml").write_text('[[rule]]\nmatch = "*"\nto = "{0}"\n')
+    os.symlink(tmp_path / "outside.toml", d / "link.toml")
+    (d / "inkling_probe.toml").write_text(f"map = {json.dumps(spec)}\n")
+    one_line_error(run("ls", d), "inkling_probe.toml", f"map {spec!r} is outside the dump folder")
+
+
+def test_settings_name_map_inside_the_folder_or_shipped_is_read(tmp_path):
+    d = tmp_path / "d"
+    d.mkdir()
+    torch.save(torch.zeros(2), d / "x.pt")
+    for spec in ("sglang_inkling", ".maps/m.toml"):
+        (d / ".maps").mkdir(exist_ok=True)
+        (d / ".maps" / "m.toml").write_text('[[rule]]\nmatch = "x"\nto = "y"\n')
+        (d / "inkling_probe.toml").write_text(f"map = {json.dumps(spec)}\n")
+        assert run("ls", d).exit_code == 0, run("ls", d).output
+    (d / "inkling_probe.toml").write_text('map = "nope.toml"\n')
+    one_line_error(run("ls", d), "inkling_probe.toml", "'nope.toml': no such file in the dump folder")

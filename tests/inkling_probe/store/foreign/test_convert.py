@@ -64,15 +64,16 @@ def pair(tmp_path_factory):
             w.dump(f"layer_{i}_attn_out", attn[:, 3 * rank: 3 * rank + 3].clone(), rank=rank)
             w.dump(f"layer_{i}_mlp_out", mlp * (0.25 if rank == 0 else 0.75), rank=rank)
             w.dump(f"layer_{i}_resid", resid, rank=rank)
-    (root / "map.toml").write_text(MAP)
-    (root / "sglang" / "inkling_probe.toml").write_text(f'map = "{root / "map.toml"}"\n')
+    (root / "sglang" / ".map.toml").write_text(MAP)  # a name map in the folder (outside it: refused)
+    (root / "sglang" / "inkling_probe.toml").write_text('map = ".map.toml"\n')
     r = CliRunner().invoke(group, ["import", str(root / "sglang"), str(root / "imported")])
     assert r.exit_code == 0, r.output
     one = SGLangDumpWriter(root / "tp1")  # TP=1: tensors bit-identical to the reference's before the fault
     for i, (attn, mlp, resid) in enumerate(_run(fault_layer=1)):
         for name, t in (("attn_out", attn), ("mlp_out", mlp), ("resid", resid)):
             one.dump(f"layer_{i}_{name}", t)
-    (root / "tp1" / "inkling_probe.toml").write_text(f'map = "{root / "map.toml"}"\n')
+    (root / "tp1" / ".map.toml").write_text(MAP)
+    (root / "tp1" / "inkling_probe.toml").write_text('map = ".map.toml"\n')
     assert CliRunner().invoke(group, ["import", str(root / "tp1"), str(root / "tp1_imported")]).exit_code == 0
     return {"ref": ref, "folder": str(root / "sglang"), "imported": str(root / "imported"),
             "tp1": str(root / "tp1"), "tp1_imported": str(root / "tp1_imported")}
