@@ -51,6 +51,16 @@ def test_llama_defaults_read_the_same_values_in_fewer_bytes(tmp_path, writer):
         assert target["seq"] < r["seq"] and not target["ref"]
         assert (r["dataset"], r["offset"]) == (target["dataset"], target["offset"])
     assert _bytes(tmp_path / "once") < 0.8 * _bytes(tmp_path / "again")
+    if writer == "inline":  # compare, ls and show read references as their targets
+        from click.testing import CliRunner
+
+        from inkling_probe.cli import group
+
+        ref = next(r for r in refs if r["key"].endswith(".in.0"))
+        for args in (["compare", str(tmp_path / "once"), str(tmp_path / "again")], ["ls", str(tmp_path / "once")],
+                     ["show", str(tmp_path / "once"), ref["key"]]):
+            out = CliRunner().invoke(group, args)
+            assert out.exit_code == 0, (args, out.output)
 
 
 def test_plain_h5py_follows_a_reference(tmp_path):
