@@ -48,6 +48,9 @@ VARIABLES = {
     "INKLING_PROBE_RUN": "run id shared by every rank of one launch (default: torchrun's, Slurm's, "
                          "agreed through the process group's store, or from the login session); "
                          "letters, digits, '_' only",
+    "INKLING_PROBE_ONCE": "1 (default when unset): a tensor recorded already in the step (same storage, offset, shape, "
+                          "strides, dtype, device and version counter) is indexed as a reference to it, "
+                          "its bytes stored once | 0: stored again (docs/FORMAT.md, References)",
     "INKLING_PROBE_COMPRESS": "none (default) | gzip (stock HDF5 deflate-1 + shuffle, tensors >= 1 MiB)",
     "INKLING_PROBE_DEBUG": "1: print tracebacks for unexpected errors in the CLI",
     "INKLING_PROBE_GRAPH_MB": "static buffer budget (MiB) for recording inside CUDA graphs (default 256); "
@@ -104,6 +107,7 @@ class Settings:
     writer_lanes: int | None = None  # None: auto (store/writer.py default_lanes)
     durability: str = "disk"  # "writer": step() waits for the step before, not this one (process writer)
     run: str = ""
+    once: bool = True  # a tensor recorded already in the step is stored as a reference (recorder/once.py)
 
     def wants(self, name: str) -> bool:
         """True when ``name`` passes the include and exclude globs."""
@@ -250,6 +254,7 @@ _PARSERS = {
     "writer_lanes": ("INKLING_PROBE_WRITER_LANES", lambda v, t: _lanes(v, t)),
     "durability": ("INKLING_PROBE_DURABILITY", lambda v, t: _choice(v, t, DURABILITIES)),
     "run": ("INKLING_PROBE_RUN", lambda v, t: _run_id(v, t)),
+    "once": ("INKLING_PROBE_ONCE", _flag),
 }
 
 

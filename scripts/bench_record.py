@@ -10,7 +10,9 @@ with the model. Also measured: the writer's start cost in the recording process,
 of the torch-free read commands (`ls`, `show`) against `python -c "import h5py, numpy"`.
 
 Run:  .venv/bin/python scripts/bench_record.py [--shapes tiny,small,1gb] [--cores 1,2] [--repeats 7]
-GPU:  python scripts/bench_record.py --cuda   (inkling_model small, bf16, eager: recorded / plain)
+GPU:  python scripts/bench_record.py --cuda   (inkling_model small, bf16, eager: recorded / plain; then
+      transformers' Inkling small bf16, 256 tokens: record(model) defaults, outputs only, torch.save hooks)
+      python scripts/bench_record.py --peers-only [--cuda]   (only the latter; without --cuda tiny fp32 on the CPU)
 """
 from __future__ import annotations
 
@@ -43,7 +45,8 @@ SHAPES["1gb"] = (SHAPES["small"][0], 2560)  # issue 26: small's model on 10x the
 
 def stored_mb(d, step: int) -> float:
     """MB of tensor values one step stores: bf16 2 bytes a value (as itself; 4 in schema 2), the
-    8-bit floats 2 (upcast to float16), everything else its dtype's size."""
+    8-bit floats 2 (upcast to float16), everything else its dtype's size; a reference row (each tensor
+    stored once a step) stores none."""
     import numpy as np
 
     def size(r):
@@ -52,7 +55,7 @@ def stored_mb(d, step: int) -> float:
         if r["dtype"].startswith("float8"):
             return 4 if r["dtype"] == "float8_e8m0fnu" else 2
         return 1 if r["dtype"].startswith("float4") else np.dtype(r["dtype"].replace("bool", "bool_")).itemsize
-    return sum(r["numel"] * size(r) for r in d.index if r["step"] == step) / 1e6
+    return sum(r["numel"] * size(r) for r in d.index if r["step"] == step and not r.get("ref")) / 1e6
 
 
 def interleaved(fns: dict, repeats: int, cpu: dict | None = None, after=None) -> dict:
@@ -92,7 +95,7 @@ def prune(root: str) -> None:
     from inkling_probe.store import schema
     from inkling_probe.store.segments import read_segment
 
-    for writer in ("inline", "process"):
+    for writer in ("inline", "process", "default", "default-once_off"):
         folder = os.path.join(root, writer)
         for name in os.listdir(folder) if os.path.isdir(folder) else ():
             path = os.path.join(folder, name)
@@ -161,12 +164,33 @@ def torch_save_hooks(model, folder):
     return [m.register_forward_hook(hook_for(p)) for p, m in model.named_modules()]
 
 
+def torch_save_run(model, ids, root: str, steps: int, sync=lambda: None):
+    """(run, folder): a run of ``steps`` forwards with :func:`torch_save_hooks`, each forward into a new
+    ``pt-N`` folder under ``root``; ``folder["now"]`` is the latest."""
+    counter, folder = {"n": 0}, {"now": root}
+
+    def run():
+        handles = torch_save_hooks(model, folder)
+        try:
+            for _ in range(steps):
+                counter["n"] += 1
+                folder["now"] = os.path.join(root, f"pt-{counter['n']}")
+                os.makedirs(folder["now"])
+                model(ids)
+            sync()
+        finally:
+            for h in handles:
+                h.remove()
+    return run, folder
+
+
 def cell(shape: str, repeats: int, steps: int) -> dict:
     import torch
     from transformers import InklingForCausalLM, InklingTextConfig
 
     import inkling_probe
     from inkling_probe import sink
+    from inkling_probe.recorder.recorder import writer_mode
 
     torch.set_num_threads(1)
     kwargs, seq = SHAPES[shape]
@@ -179,9 +203,12 @@ def cell(shape: str, repeats: int, steps: int) -> dict:
             model(ids)
     fns = {"plain": plain}
     recorders = {}
-    for writer in ("inline", "process"):
-        rec_ctx = inkling_probe.recording(os.path.join(root, writer), writer=writer)
-        recorders[writer] = (rec_ctx, rec_ctx.__enter__())
+    auto = writer_mode("auto")
+    variants = {"inline": dict(writer="inline"), "process": dict(writer="process"),  # outputs only
+                "default": dict(writer=auto), "default, once off": dict(writer=auto, once=False)}  # inputs too
+    for label, options in variants.items():
+        rec_ctx = inkling_probe.recording(os.path.join(root, label.replace(", ", "-").replace(" ", "_")), **options)
+        recorders[label] = (rec_ctx, rec_ctx.__enter__())
         sink._RECORDER = None
     hooks = {}
 
@@ -189,7 +216,7 @@ def cell(shape: str, repeats: int, steps: int) -> dict:
         def run():
             ctx, rec = recorders[writer]
             sink._RECORDER = rec
-            with inkling_probe.record(model, inputs=False):
+            with inkling_probe.record(model, inputs=writer.startswith("default")):
                 for _ in range(steps):
                     inkling_probe.step()  # waits for the previous step's segment: part of the cost
                     model(ids)
@@ -197,22 +224,9 @@ def cell(shape: str, repeats: int, steps: int) -> dict:
             sink._RECORDER = None
         return run
 
-    counter = {"n": 0}
-    folder = {"now": root}
-
-    def saved():
-        handles = torch_save_hooks(model, folder)
-        try:
-            for _ in range(steps):
-                counter["n"] += 1
-                folder["now"] = os.path.join(root, f"pt-{counter['n']}")
-                os.makedirs(folder["now"])
-                model(ids)
-        finally:
-            for h in handles:
-                h.remove()
-
+    saved, folder = torch_save_run(model, ids, root, steps)
     fns.update({"record inline": recorded("inline"), "record process": recorded("process"),
+                "record default": recorded("default"), "record default, once off": recorded("default, once off"),
                 "torch.save hooks": saved})
     cpu: dict = {}
     with torch.no_grad():
@@ -225,12 +239,13 @@ def cell(shape: str, repeats: int, steps: int) -> dict:
     first = min(r["step"] for r in d.index)  # the warm-up's first forward (with --steps 1 every other step is empty)
     mb = stored_mb(d, step=first)
     tensors = sum(1 for r in d.index if r["step"] == first)
+    inputs_mb = {label: stored_mb(inkling_probe.open(os.path.join(root, folder)), step=first)
+                 for label, folder in (("default", "default"), ("default, once off", "default-once_off"))}
     shutil.rmtree(root)
-    from inkling_probe.recorder.recorder import writer_mode
     with torch.no_grad():
         work = floor(model, ids, repeats)
     return {"times": times, "cpu": cpu, "mb": mb, "tensors": tensors, "files": hooks["files"],
-            "auto": writer_mode("auto"), "steps": steps, "floor": work}
+            "auto": auto, "steps": steps, "floor": work, "inputs_mb": inputs_mb}
 
 
 def floor(model, ids, repeats: int) -> float:
@@ -386,6 +401,14 @@ def report(results: dict, startup: dict | None) -> None:
                       f"record inline {statistics.median(u['record inline']) / base:.2f}x | record process "
                       f"{statistics.median(u['record process']) / base:.2f}x | torch.save / record: inline "
                       f"{lead['inline']:.2f}, process {lead['process']:.2f}")
+            if "record default" in t:  # issue 44: inputs too, each tensor stored once vs stored again
+                out = statistics.median(t["record inline" if c["auto"] == "inline" else "record process"])
+                mbs = c["inputs_mb"]
+                print(f"{'':13s} record(model) default (outputs and inputs, {c['auto']} writer): "
+                      f"{_spread(t['record default'], plain)}, once off {_spread(t['record default, once off'], plain)} | "
+                      f"default / outputs only: {statistics.median(t['record default']) / out:.2f}, once off "
+                      f"{statistics.median(t['record default, once off']) / out:.2f} | MB/forward stored: outputs "
+                      f"{c['mb']:.2f}, default {mbs['default']:.2f}, once off {mbs['default, once off']:.2f}")
             wall = {w: statistics.median(t["torch.save hooks"]) / statistics.median(t[f"record {w}"])
                     for w in ("inline", "process")}
             print(f"{'':13s} wall: torch.save / record: inline {wall['inline']:.2f}, process {wall['process']:.2f} "
@@ -540,6 +563,90 @@ def cuda_main(repeats: int, steps: int, disk: float, lanes: tuple = ()) -> None:
           f"a ring the GPU has just filled) {cold}")
 
 
+# -- transformers' Inkling through record(model): what users meet (issue 44) ----------------------
+def peers_main(cuda: bool, repeats: int, steps: int) -> None:
+    """transformers' Inkling, every module, ``steps`` forwards a run, interleaved: ``record(model)``
+    with its defaults (outputs and inputs, each tensor stored once), the same with INKLING_PROBE_ONCE=0,
+    outputs only, and torch.save hooks (one file per tensor, the tensor as the hook gets it). GPU:
+    small in bf16 on 256 tokens; without ``cuda``: tiny in fp32 on the CPU, a smoke test."""
+    import torch
+    from transformers import InklingForCausalLM, InklingTextConfig
+
+    import inkling_probe
+    from inkling_probe import sink
+
+    shape = "small" if cuda else "tiny"
+    kwargs, seq = SHAPES[shape]
+    seq = 256 if cuda else seq
+    device, dtype = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
+    torch.manual_seed(0)
+    model = InklingForCausalLM(InklingTextConfig(**kwargs)).to(device=device, dtype=dtype).eval()
+    ids = torch.randint(0, kwargs["vocab_size"], (1, seq), device=device)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    root = tempfile.mkdtemp(prefix="bench-peers-")
+    variants = {"record(model) default": dict(inputs=True), "record(model) default, once off": dict(inputs=True, once=False),
+                "record(model) outputs only": dict(inputs=False)}
+    recs = {}
+    for label, options in variants.items():
+        settings = {k: v for k, v in options.items() if k != "inputs"}
+        ctx = inkling_probe.recording(os.path.join(root, str(len(recs))), **settings)
+        recs[label] = (ctx, ctx.__enter__(), options["inputs"])
+        sink._RECORDER = None
+
+    def plain():
+        for _ in range(steps):
+            model(ids)
+        sync()
+
+    def recorded(label):
+        _, rec, inputs = recs[label]
+
+        def run():
+            sink._RECORDER = rec
+            with inkling_probe.record(model, inputs=inputs):
+                for _ in range(steps):
+                    inkling_probe.step()
+                    model(ids)
+            inkling_probe.step()  # the last step on disk
+            sync()
+            sink._RECORDER = None
+        return run
+
+    saved, folder = torch_save_run(model, ids, root, steps, sync)
+
+    def tidy():
+        prune_finished_steps(root)
+        for e in sorted((e for e in os.scandir(root) if e.name.startswith("pt-")), key=lambda e: int(e.name[3:]))[:-1]:
+            shutil.rmtree(e.path)
+    with torch.no_grad():
+        t = interleaved({"plain": plain, **{label: recorded(label) for label in recs},
+                         "torch.save hooks": saved}, repeats, after=tidy)
+    files = len(os.listdir(folder["now"]))
+    pt_mb = sum(e.stat().st_size for e in os.scandir(folder["now"])) / 1e6
+    stored = {}
+    for label, (ctx, rec, _) in recs.items():
+        sink._RECORDER = rec
+        ctx.__exit__(None, None, None)
+        d = inkling_probe.open(os.path.join(root, str(list(recs).index(label))))
+        stored[label] = (stored_mb(d, step=1), sum(1 for r in d.index if r["step"] == 1),
+                         sum(1 for r in d.index if r["step"] == 1 and r.get("ref")))
+    shutil.rmtree(root)
+    name = torch.cuda.get_device_name() if cuda else f"CPU ({len(os.sched_getaffinity(0))} cores, torch threads "\
+        f"{torch.get_num_threads()})"
+    plain_ms = statistics.median(t["plain"]) / steps * 1e3
+    print(f"{name}: transformers' Inkling {shape} {str(dtype).removeprefix('torch.')}, {seq} tokens, every module, "
+          f"{steps} forwards a run, {repeats} interleaved rounds: plain {plain_ms:.1f} ms/forward; "
+          f"torch.save hooks write {files} files, {pt_mb:.1f} MB a forward")
+    for label in (*recs, "torch.save hooks"):
+        extra = "" if label not in stored else (f"  ({stored[label][0]:.1f} MB stored/forward, {stored[label][1]} rows, "
+                                                f"{stored[label][2]} references)")
+        print(f"  {label}: {_spread(t[label], t['plain'])}{extra}")
+    med = {k: statistics.median(v) for k, v in t.items()}
+    print(f"  default / outputs only {med['record(model) default'] / med['record(model) outputs only']:.2f} "
+          f"(once off {med['record(model) default, once off'] / med['record(model) outputs only']:.2f}; target <= 1.3); "
+          f"torch.save hooks / default {med['torch.save hooks'] / med['record(model) default']:.2f} (target >= 2.5 on a GPU)")
+
+
 def plain_beside_load(plain, rate_mb_s: float, repeats: int, source_mb: int = 4) -> str:
     """Plain forwards alone and with a separate process hashing (XXH3) and writing to the temp dir
     ``rate_mb_s`` MB a second (a forward's bytes per plain forward: more than the writer's rate,
@@ -657,7 +764,11 @@ def main():
     ap.add_argument("--cores", default="1,2", help="cells pinned to this many cores (comma-separated)")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--steps", type=int, default=3, help="forwards (steps) in one timed run")
-    ap.add_argument("--cuda", action="store_true", help="GPU: inkling_model small bf16, recorded / plain")
+    ap.add_argument("--cuda", action="store_true", help="GPU: inkling_model small bf16, recorded / plain; then "
+                    "transformers' Inkling small bf16 through record(model) (defaults, outputs only) and torch.save hooks")
+    ap.add_argument("--peers-only", action="store_true",
+                    help="only the transformers' Inkling part (with --cuda: on the GPU; without: tiny fp32 on this "
+                         "CPU, a smoke test)")
     ap.add_argument("--no-startup", action="store_true", help="skip the read start-up measurement")
     ap.add_argument("--lanes", default="",
                     help="with --cuda: also the process writer with its step's large writes over these numbers "
@@ -667,10 +778,13 @@ def main():
     args = ap.parse_args()
     if args.child_cpus:
         return child_main(args)
+    if args.peers_only:
+        return peers_main(args.cuda, args.repeats, args.steps)
     if args.cuda:
         disk = disk_rate()
         print(f"disk: {disk:.0f} MB/s sustained write into {tempfile.gettempdir()} (1 GB, 100 MB files)")
-        return cuda_main(args.repeats, args.steps, disk, tuple(int(n) for n in args.lanes.split(",") if n))
+        cuda_main(args.repeats, args.steps, disk, tuple(int(n) for n in args.lanes.split(",") if n))
+        return peers_main(True, args.repeats, args.steps)
     available = sorted(os.sched_getaffinity(0))
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()

@@ -16,6 +16,7 @@ import torch
 
 from inkling_probe.errors import DumpError, NothingRecorded, ProbeError, SettingsError
 from inkling_probe.keys import key_problem
+from inkling_probe.recorder.once import Seen
 from inkling_probe.settings import MAX_RANK, Settings, rank_from_env
 from inkling_probe.store import consolidated, schema
 from inkling_probe.store.dtypes import bf16_bits, dtype_name, encode
@@ -93,6 +94,7 @@ class Recorder:
         self._drain = None
         self._pid = os.getpid()
         self._failed: ProbeError | None = None
+        self._once = Seen() if settings.once else None  # each tensor stored once a step (once.py)
         self._spare = None  # the writer process, started early so its start-up overlaps the model's
         if self.mode == "process" and early_writer:
             from inkling_probe.store.writer_process import ProcessWriter
@@ -246,6 +248,8 @@ class Recorder:
             if writer is None:
                 return
             row, t = self._row(name, tensor, shard, dim, token_dim, meta, seq)
+            if self._once is not None and self._referenced(row, t):
+                return
             try:
                 if t.is_cuda or self._stager is not None:
                     self._staged(row, t)
@@ -254,6 +258,21 @@ class Recorder:
             except Exception as e:  # as _guarded, without its per-probe closure
                 self._guarded(f"recording {name!r}", _raiser(e))
             self._dirty = True
+
+    def _referenced(self, row: dict, t) -> bool:
+        """Is ``t`` recorded already in this step? Then its row goes to the writer as a reference
+        to that recording (recorder/once.py), without bytes."""
+        ref = self._once.earlier(t, row)
+        if ref is None:
+            return False
+        row["ref"] = ref
+        try:
+            with self._wlock:
+                self._writer.add_ref(row)
+        except Exception as e:  # as _guarded, without its per-probe closure
+            self._guarded(f"recording {row['key']!r}", _raiser(e))
+        self._dirty = True
+        return True
 
     @property
     def _step_wanted(self) -> bool:

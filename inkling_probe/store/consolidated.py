@@ -169,6 +169,7 @@ def cached_segments(folder: str, files: list[str]) -> dict:
 
 
 _FIELDS = schema.INDEX_FIELDS
+_REQUIRED = (*schema.REQUIRED_FIELDS, "segment")  # an index written before ``ref`` still serves
 
 
 def _rows(table: np.ndarray) -> list[dict]:
@@ -197,7 +198,7 @@ def _read(path: str) -> tuple[np.ndarray, np.ndarray, int]:
         root = h5py.h5g.open(fid, b"/")
         if _attr(root, "format") != FORMAT or int(_attr(root, "version")) != VERSION:
             raise ValueError("not a consolidated index of this version")
-        return (read_table(root, b"segments", SEGMENTS_DTYPE, _SEG_TYPE), read_table(root, b"index", ROWS_DTYPE, _ROWS_TYPE),
-                int(_attr(root, "written_ns")))
+        return (read_table(root, b"segments", SEGMENTS_DTYPE, _SEG_TYPE),
+                read_table(root, b"index", ROWS_DTYPE, _ROWS_TYPE, _REQUIRED), int(_attr(root, "written_ns")))
     finally:
         fid.close()

@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 
 from inkling_probe.errors import DumpError, KeyNotFound, RanksMissing, ValuesNotStored
-from inkling_probe.store import consolidated, dp, raw
+from inkling_probe.store import consolidated, dp, raw, schema
 from inkling_probe.store.segments import (Segment, first_line, one_run, open_segment, read_segment,
                                            read_values, safe_dataset, segment_files)
 
@@ -151,6 +151,8 @@ class Dump:
     def _load_array(self, row: dict) -> np.ndarray:
         if dp.is_merged(row):
             return dp.load(self.path, row, self._load_array)
+        if not row["dataset"] and row.get("ref"):
+            return self._load_array(self._target(row))
         if not row["dataset"]:
             raise ValuesNotStored(f"{self.path}: key {row['key']!r} step {row['step']} holds stats only "
                             "(recorded with INKLING_PROBE_MODE=stats or hash)")
@@ -165,6 +167,17 @@ class Dump:
             raise DumpError(f"{self.segments[seg].path}: {row['dataset']!r} holds {array.size} values, "
                             f"its index row {row['numel']}")
         return np.asarray(array)
+
+    def _target(self, row: dict) -> dict:
+        """The row a reference row's values are those of (its ``ref``: an earlier call in the same step
+        and rank, stored in another segment file); the row itself when the writer placed both in
+        one file (``dataset`` and ``offset`` copied: plain readers follow it). docs/FORMAT.md."""
+        key, call = schema.parse_ref(row["ref"])
+        for target in self._by_ident.get((key, row["step"], call), ()):
+            if target["rank"] == row["rank"] and target["seq"] < row["seq"] and not target.get("ref"):
+                return target
+        raise DumpError(f"{self.path}: key {row['key']!r} step {row['step']} refers to {row['ref']!r}, "
+                        "which this dump does not hold")
 
     def _read(self, segment: int, path: str) -> np.ndarray:
         """One dataset's values; a missing, linked or externally stored dataset is a DumpError.

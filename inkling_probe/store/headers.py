@@ -75,7 +75,7 @@ def _has_link(group, name: bytes) -> bool:
 
 
 def _index(root) -> np.ndarray:
-    return read_table(root, b"index", schema.INDEX_DTYPE, _INDEX_TYPE, schema.INDEX_FIELDS)
+    return read_table(root, b"index", schema.INDEX_DTYPE, _INDEX_TYPE, schema.REQUIRED_FIELDS)
 
 
 def read_table(root, name: bytes, dtype: np.dtype, mtype, fields=None) -> np.ndarray:
@@ -101,4 +101,7 @@ def read_table(root, name: bytes, dtype: np.dtype, mtype, fields=None) -> np.nda
     rows = np.zeros(ds.shape, dtype=dtype)
     if rows.size:
         ds.read(h5py.h5s.ALL, h5py.h5s.ALL, rows, mtype=mtype)
+    for f in dtype.names:  # an optional text field the file lacks (older dumps): "" (np.zeros left 0)
+        if f not in names and dtype[f].kind == "O":
+            rows[f] = ""
     return rows

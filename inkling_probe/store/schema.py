@@ -21,9 +21,11 @@ INDEX_DTYPE = np.dtype([
     ("shape", _STR), ("dtype", _STR), ("storage", _STR), ("shard", _STR), ("dim", "<i2"),
     ("token_dim", "<i2"), ("token_start", "<i8"), ("numel", "<i8"),
     ("mean", "<f8"), ("rms", "<f8"), ("absmax", "<f8"), ("nan", "<i8"), ("inf", "<i8"),
-    ("hash", "S16"), ("dataset", _STR), ("offset", "<i8"), ("meta", _STR),
+    ("hash", "S16"), ("dataset", _STR), ("offset", "<i8"), ("meta", _STR), ("ref", _STR),
 ])
 INDEX_FIELDS = INDEX_DTYPE.names
+OPTIONAL_FIELDS = ("ref",)  # absent in files written before it: read as "" (docs/FORMAT.md, Versioning)
+REQUIRED_FIELDS = tuple(f for f in INDEX_FIELDS if f not in OPTIONAL_FIELDS)
 SHARDS = ("replicated", "concat", "partial")
 
 
@@ -78,6 +80,18 @@ def pack_path(step: int, kind: str, part: int) -> str:
     """Where small tensors of one step and stored type lie back to back: /packs/<step>/<kind>.<part>
     (``kind``: the stored numpy dtype's name, or 'bfloat16')."""
     return f"/packs/{step}/{kind}.{part}"
+
+
+def ref_text(key: str, call: int) -> str:
+    """The ``ref`` field of a row whose values are those of call ``call`` of ``key`` in the same
+    step and rank: 'KEY', or 'KEY#CALL' for a repeated call (keys never hold '#')."""
+    return f"{key}#{call}" if call else key
+
+
+def parse_ref(text: str) -> tuple[str, int]:
+    """(key, call) of a ``ref`` field."""
+    key, _, call = text.partition("#")
+    return key, int(call) if call else 0
 
 
 def shape_text(shape) -> str:

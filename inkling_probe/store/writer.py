@@ -49,6 +49,7 @@ import numpy as np
 from inkling_probe.errors import DumpError
 from inkling_probe.store import schema
 from inkling_probe.store.batch import Countdown, add_each, split
+from inkling_probe.store.refs import Refs
 from inkling_probe.store.stats import NAN_STATS, array_stats, content_hash, hash_and_stats
 
 _GZIP_MIN_BYTES = 1 << 20
@@ -118,6 +119,8 @@ class SegmentWriter:
         self._spare_buffers: dict = {}  # dtype -> a pack buffer already written, for the next part
         self._jobs = _Jobs(default_workers() if workers is None else workers)
         self.lanes = default_lanes(self._jobs.workers) if lanes is None else max(1, lanes)
+        self._refs = Refs()  # reference rows (store/refs.py), indexed as the segment ends
+        self._splitting = False  # the segment ends by size, mid-step
 
     def _new_lane(self) -> _Lane:
         number = self._segment
@@ -215,7 +218,7 @@ class SegmentWriter:
             if self._file is not None and self._bytes >= self.segment_bytes:
                 self._write_part(part, one_stored, handed)  # in the segment its rows are indexed in
                 part, part_bytes = [], 0
-                self.end_segment(complete_through_step=row["step"] - 1)
+                self._split(row["step"])
             if self._file is None:
                 self._open_segment()
             if array.nbytes > _BATCH_PART_BYTES or array.ndim == 0 or array.size == 0:
@@ -255,9 +258,22 @@ class SegmentWriter:
         handed[0] += len(part)  # from here the job calls one_stored for each (also when it fails)
         self._jobs.submit_part(part, self._vfd(lane), dsid.get_offset(), self.dir, one_stored)
 
+    def add_ref(self, row: dict) -> None:
+        """Add a reference row (``row["ref"]`` names an earlier tensor of the step, store/refs.py):
+        no bytes; indexed beside its target, with its values, when the segment ends."""
+        self._refs.add(row)
+
+    def _split(self, step: int) -> None:
+        """End the segment by size, part-way through ``step``."""
+        self._splitting = True
+        try:
+            self.end_segment(complete_through_step=step - 1)
+        finally:
+            self._splitting = False
+
     def _add(self, row: dict, array: np.ndarray, stats: bool, store: bool, on_stored) -> None:
         if self._file is not None and self._bytes >= self.segment_bytes:
-            self.end_segment(complete_through_step=row["step"] - 1)
+            self._split(row["step"])
         if self._file is None:  # (h5py's File.__bool__: ~20 us)
             self._open_segment()
         row["dataset"], row["offset"] = "", -1
@@ -392,6 +408,7 @@ class SegmentWriter:
     def _finish(self, f: h5py.File, complete_through_step: int) -> None:
         """Close and rename the side lanes (marked complete through the steps completed before),
         then the main one with its packs and ``complete_through_step``."""
+        self._refs.place([self._main, *self._side], final=not self._splitting)
         while self._side:
             _close_lane(self._side[0], self._complete)
             self._side.pop(0)
@@ -459,7 +476,12 @@ def _same_pack(first: tuple, row: dict, array: np.ndarray) -> bool:
     return first[0]["step"] == row["step"] and _pack_kind(first[0], first[1]) == _pack_kind(row, array)
 
 
-_INDEX_ROW = operator.itemgetter(*schema.INDEX_FIELDS)  # row dict -> index tuple (a third of a generator's cost)
+_INDEX_FIELDS = operator.itemgetter(*schema.REQUIRED_FIELDS)  # (a third of a generator's cost)
+
+
+def _INDEX_ROW(row: dict) -> tuple:
+    """A row dict's index tuple (``ref`` last, "" unless the row is a reference)."""
+    return (*_INDEX_FIELDS(row), row.get("ref", ""))
 _INDEX_TYPE = h5py.h5t.py_create(schema.INDEX_DTYPE, logical=True)
 
 

@@ -127,6 +127,10 @@ class ProcessWriter:
     def _send_add(self, row: dict, array: np.ndarray, stats, store: bool) -> None:
         self._send_payload({"op": "add", "row": row, "stats": stats, "store": store}, np.ascontiguousarray(array))
 
+    def add_ref(self, row: dict) -> None:
+        """Send a reference row (store/refs.py): no bytes."""
+        self._send({"op": "ref", "row": row})
+
     takes_row_stats = True  # add_batch takes a batch's row statistics and adds them up itself
 
     def add_batch(self, rows: list, flat: np.ndarray, spans: list, sums: np.ndarray | None = None, *,
@@ -446,6 +450,8 @@ def _apply(msg: dict, payload, stdout, ring, writer, done, SegmentWriter):
             sums = _batch_sums(msg)
             writer.add_batch(msg["rows"], array, msg["spans"], sums, stats=msg["stats"], store=msg["store"],
                              on_stored=on_stored)
+    elif op == "ref":
+        writer.add_ref(msg["row"])
     elif op == "free":  # a slot that was never filled: its space only
         where = msg["ring"]
         ring.pending(where[1], where[2])()

@@ -1,0 +1,62 @@
+"""Reference rows: an index row whose values are an earlier row's of the same step and rank.
+
+The recorder sends a reference (recorder/once.py) when a probed tensor is provably one it recorded
+earlier in the step; its row names the target in ``ref`` (``KEY`` or ``KEY#CALL``). The writer
+indexes it when the segment ends, in the file that holds the target, with the target's ``dataset``,
+``offset``, ``storage``, hash and statistics copied: plain h5py readers follow ``dataset``/``offset``
+as for any row, and the step's crash safety is the target's (one file, one rename).
+
+Only when a segment split by size (``INKLING_PROBE_SEGMENT_MB``) put the target in an earlier file
+is the row indexed in the main file with ``dataset`` empty: readers then find the target by
+``ref`` (store/dump.py). References arrive before their targets where staging batches tensors
+(the target still in a batch): those wait for the segment end, or across a size split.
+"""
+from __future__ import annotations
+
+from inkling_probe.store import schema
+from inkling_probe.store.stats import NAN_STATS
+
+VALUE_FIELDS = ("storage", "mean", "rms", "absmax", "nan", "inf", "hash", "dataset", "offset")
+_UNRESOLVED = {**NAN_STATS, "nan": -1, "inf": -1, "hash": b"", "dataset": "", "offset": -1}
+
+
+class Refs:
+    """The reference rows a :class:`~inkling_probe.store.writer.SegmentWriter` has not indexed yet."""
+
+    def __init__(self):
+        self.pending: list[dict] = []
+        self._earlier: dict[tuple, dict] = {}  # (step, key, call) -> row, in files this step closed by size
+
+    def add(self, row: dict) -> None:
+        self.pending.append(row)
+
+    def place(self, lanes: list, final: bool) -> None:
+        """Index each pending reference in the lane (``lanes[0]``: the main one) holding its target.
+
+        ``final``: the segment ends at a step boundary or the close, so every target has arrived; a
+        reference whose target never did is indexed unresolved. Else (a split by size) those wait
+        for the next segment."""
+        if self.pending or not final:
+            targets = {(r["step"], r["key"], r["call"]): (lane, r) for lane in lanes for r in lane.rows
+                       if not r.get("ref")}
+            self.pending = [row for row in self.pending if not self._placed(row, targets, lanes[0], final)]
+            if not final:  # later references of this step may name these
+                self._earlier.update((k, r) for k, (_, r) in targets.items())
+        if final:
+            self._earlier.clear()
+
+    def _placed(self, row: dict, targets: dict, main, final: bool) -> bool:
+        ident = (row["step"], *schema.parse_ref(row["ref"]))
+        found = targets.get(ident)
+        if found is not None:
+            lane, target = found
+            row.update((f, target[f]) for f in VALUE_FIELDS)
+            lane.rows.append(row)
+            return True
+        earlier = self._earlier.get(ident)
+        if earlier is None and not final:
+            return False
+        row.update({f: earlier[f] for f in VALUE_FIELDS} if earlier is not None else _UNRESOLVED)
+        row["dataset"], row["offset"] = "", -1  # the target is in another file: readers follow ``ref``
+        main.rows.append(row)
+        return True

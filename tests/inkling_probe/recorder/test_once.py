@@ -1,0 +1,142 @@
+"""Each tensor stored once a step (recorder/once.py, store/refs.py): references read as their targets."""
+import os
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+import inkling_probe
+from inkling_probe.store import schema
+
+
+def _llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return LlamaForCausalLM(cfg).eval(), torch.randint(0, 64, (2, 12))
+
+
+def _record(model, ids, path, steps=2, **settings):
+    with torch.no_grad(), inkling_probe.record(model, str(path), **settings):
+        for _ in range(steps):
+            inkling_probe.step()
+            model(input_ids=ids)
+    return inkling_probe.open(str(path))
+
+
+def _bytes(path) -> int:
+    return sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path) if n.endswith(".h5"))
+
+
+@pytest.mark.parametrize("writer", ["inline", "process"])
+def test_llama_defaults_read_the_same_values_in_fewer_bytes(tmp_path, writer):
+    model, ids = _llama()
+    once = _record(model, ids, tmp_path / "once", writer=writer)
+    again = _record(model, ids, tmp_path / "again", writer=writer, once=False)
+    rows = once.index
+    assert [(r["key"], r["step"], r["call"]) for r in rows] == \
+           [(r["key"], r["step"], r["call"]) for r in again.index]
+    refs = [r for r in rows if r["ref"]]
+    assert len(refs) > len(rows) // 4  # most inputs are an earlier output
+    assert not any(r["ref"] for r in again.index)
+    for r, s in zip(rows, again.index):
+        a, b = once.array(r["key"], r["step"], call=r["call"]), again.array(s["key"], s["step"], call=s["call"])
+        assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b, equal_nan=True), r["key"]
+        assert r["hash"] == s["hash"] and r["dtype"] == s["dtype"]  # compare's same-bits shortcut holds
+    for r in refs:  # a reference names an earlier key of its own step, and points at its bytes
+        target = next(t for t in rows if (t["key"], t["call"]) == schema.parse_ref(r["ref"]) and t["step"] == r["step"])
+        assert target["seq"] < r["seq"] and not target["ref"]
+        assert (r["dataset"], r["offset"]) == (target["dataset"], target["offset"])
+    assert _bytes(tmp_path / "once") < 0.8 * _bytes(tmp_path / "again")
+    if writer == "inline":  # compare, ls and show read references as their targets
+        from click.testing import CliRunner
+
+        from inkling_probe.cli import group
+
+        ref = next(r for r in refs if r["key"].endswith(".in.0"))
+        for args in (["compare", str(tmp_path / "once"), str(tmp_path / "again")], ["ls", str(tmp_path / "once")],
+                     ["show", str(tmp_path / "once"), ref["key"]]):
+            out = CliRunner().invoke(group, args)
+            assert out.exit_code == 0, (args, out.output)
+
+
+def test_plain_h5py_follows_a_reference(tmp_path):
+    model, ids = _llama()
+    d = _record(model, ids, tmp_path / "d", steps=1, writer="inline")
+    row = next(r for r in d.index if r["ref"] and r["key"].endswith(".in.0"))
+    seg = d.segments[0].path
+    with h5py.File(seg, "r") as f:
+        index = f["index"][()]
+        raw = next(x for x in index if x["key"].decode() == row["key"])
+        ds = f[raw["dataset"].decode()]
+        values = ds[()] if raw["offset"] < 0 else ds[raw["offset"]: raw["offset"] + raw["numel"]]
+    np.testing.assert_array_equal(values.reshape(row["shape"]), d.array(row["key"]))
+
+
+def test_in_place_change_is_stored_again_and_steps_never_refer_back(tmp_path):
+    x = torch.ones(8, 8)
+    with inkling_probe.recording(str(tmp_path / "d"), writer="inline"):
+        inkling_probe.probe("a", x)
+        inkling_probe.probe("b", x)  # the same tensor: a reference
+        inkling_probe.probe("v", x.view(64))  # another shape: stored
+        x.add_(1)  # the version counter moves
+        inkling_probe.probe("c", x)
+        inkling_probe.probe("d", x[2:4])  # a view (another offset): stored
+        inkling_probe.step()
+        inkling_probe.probe("a", x)  # step 1: stored again, never a reference to step 0
+        inkling_probe.probe("b", x)
+    d = inkling_probe.open(str(tmp_path / "d"))
+    refs = {(r["key"], r["step"]): r["ref"] for r in d.index}
+    assert refs == {("a", 0): "", ("b", 0): "a", ("v", 0): "", ("c", 0): "", ("d", 0): "", ("a", 1): "",
+                    ("b", 1): "a"}
+    assert d.array("b").sum() == 64 and d.array("c").sum() == 128 and d.array("b", step=1).sum() == 128
+
+
+def test_freed_storage_at_the_same_address_is_not_a_reference(tmp_path):
+    """A freed tensor's address reused by a new one with the same layout and version: not the same."""
+    seen = {}
+    with inkling_probe.recording(str(tmp_path / "d"), writer="inline"):
+        for i in range(20):
+            t = torch.full((64, 64), float(i))
+            seen.setdefault(t.untyped_storage().data_ptr(), []).append(i)
+            inkling_probe.probe(f"t{i}", t)
+            del t
+    assert any(len(v) > 1 for v in seen.values())  # the allocator did reuse an address
+    d = inkling_probe.open(str(tmp_path / "d"))
+    assert not any(r["ref"] for r in d.index)
+    assert [float(d.array(f"t{i}")[0, 0]) for i in range(20)] == [float(i) for i in range(20)]
+
+
+def test_target_in_an_earlier_segment_is_found_by_ref(tmp_path):
+    """A size split between a tensor and its reference: the reference is followed by name."""
+    big = torch.randn(256, 1024)  # 1 MiB: past INKLING_PROBE_SEGMENT_MB=0.5
+    with inkling_probe.recording(str(tmp_path / "d"), writer="inline", segment_mb=0.5):
+        inkling_probe.probe("big", big)
+        inkling_probe.probe("filler", torch.randn(256, 1024))
+        inkling_probe.probe("again", big)
+    d = inkling_probe.open(str(tmp_path / "d"))
+    row = d.rows("again")[0]
+    assert row["ref"] == "big" and len(d.segments) >= 2
+    np.testing.assert_array_equal(d.array("again"), big.numpy())
+    assert row["hash"] == d.rows("big")[0]["hash"]
+
+
+def test_dumps_before_ref_still_read(tmp_path):
+    """An index without the ``ref`` field (every dump written before it) reads as before."""
+    with inkling_probe.recording(str(tmp_path / "d"), writer="inline"):
+        inkling_probe.probe("a", torch.arange(6.0))
+    (seg,) = [os.path.join(tmp_path / "d", n) for n in os.listdir(tmp_path / "d") if n.endswith(".h5")]
+    for n in os.listdir(tmp_path / "d"):
+        if n.endswith(".index"):
+            os.remove(os.path.join(tmp_path / "d", n))
+    with h5py.File(seg, "r+") as f:
+        old = f["index"][()]
+        fields = [n for n in old.dtype.names if n != "ref"]
+        del f["index"]
+        f.create_dataset("index", data=old[fields].astype(np.dtype([(n, old.dtype[n]) for n in fields])))
+    d = inkling_probe.open(str(tmp_path / "d"))
+    assert d.rows("a")[0]["ref"] == ""
+    np.testing.assert_array_equal(d.array("a"), np.arange(6.0, dtype=np.float32))
