@@ -8,6 +8,8 @@ inputs ``P.in.0`` and keyword inputs ``P.in.<name>``; a root that returns a bare
 from __future__ import annotations
 
 import contextlib
+import itertools
+import weakref
 
 import torch
 
@@ -31,8 +33,21 @@ def _join(prefix: str, suffix: str) -> str:
     return f"{prefix}.{suffix}" if prefix else suffix
 
 
+_CAPTURES: "weakref.WeakValueDictionary[int, _Capture]" = weakref.WeakValueDictionary()
+_NEXT_ID = itertools.count()
+
+
+@torch._dynamo.assume_constant_result
+def _mapped(capture_id: int, key: str) -> str:
+    """The recorded name of module key ``key`` (the name map applied; "" drops it), run by dynamo at
+    trace time as a constant: a regex is not traceable, and a name must not be a guard."""
+    return _CAPTURES[capture_id].mapped(key)
+
+
 class _Capture:
     def __init__(self, include, name_map, token_dim, batch_row=None):
+        self.cid = next(_NEXT_ID)
+        _CAPTURES[self.cid] = self
         self.include = glob_patterns(include)
         self.name_map = name_map
         self.token_dim = token_dim
@@ -94,8 +109,11 @@ class _Capture:
     def wanted(self, path: str) -> bool:
         return not self.include or matches_any(path, self.include)
 
+    def mapped(self, key: str) -> str:
+        return self.name_map.apply(key) if self.name_map is not None else key
+
     def emit(self, key: str, tensor: torch.Tensor) -> None:
-        name = self.name_map.apply(key) if self.name_map is not None else key
+        name = _mapped(self.cid, key) if torch.compiler.is_compiling() else self.mapped(key)
         if name:
             tensor = self.cut(tensor)
             token_dim, meta = self.layout(tensor)
@@ -132,12 +150,18 @@ def record(module: torch.nn.Module, path=None, include=None, inputs: bool = True
     ``[B*T, ...]`` -> ``[T, ...]``, B and T from the root's input as for ``"auto"``): the side of a
     batch-composition pair that holds the other side's prompt. Hooks are removed on exit, also
     when the block raises.
+
+    A ``torch.compile``d module records inside its compiled graph (no graph break; docs/COMPILE.md):
+    hooks are guarded from the first call on, so a graph compiled before the block is compiled again
+    with them, once, and the hookless graph again after.
     """
+    from inkling_probe.compiled.freshen import guard_hooks
     from inkling_probe.store.namemap import NameMap
 
     if batch_row is not None and (isinstance(batch_row, bool) or not isinstance(batch_row, int) or batch_row < 0):
         raise ValueError(f"record(batch_row={batch_row!r}): expected a row index >= 0")
     capture = _Capture(include, NameMap.load(name_map) if name_map is not None else None, token_dim, batch_row)
+    guard_hooks()  # a model compiled before now must see the hooks (compiled/freshen.py)
     handles = []
     with contextlib.ExitStack() as stack:
         if path is not None:
