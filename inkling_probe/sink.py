@@ -32,6 +32,7 @@ def _never() -> bool:
 # both are bound when a recording starts (torch is loaded by then), so this module never imports torch.
 _COMPILING = _never  # torch.compiler.is_compiling
 _TRACED = None  # inkling_probe.compiled.op.traced_probe
+_TRACED_STEP = None  # inkling_probe.compiled.op.traced_step
 
 
 def probe(name, tensor, *, shard="replicated", dim=None, token_dim=0, **meta):
@@ -68,7 +69,9 @@ def step(**layout) -> None:
     and ``requests`` (``[[request id, token rows], ...]`` in row order; docs/MODEL.md).
     """
     global _LAYOUT
-    if _RECORDER is not None:
+    if _RECORDER is not None and _COMPILING():
+        _TRACED_STEP(layout)  # an ordered node of the compiled graph, which calls this eagerly
+    elif _RECORDER is not None:
         _LAYOUT = layout
         _RECORDER.next_step()
 
@@ -97,12 +100,12 @@ def start(settings, early_writer: bool = True) -> None:
 
 def _bind_tracing() -> None:
     """Bind the compiled path (``torch.compiler.is_compiling`` and the registered op) once torch is in."""
-    global _COMPILING, _TRACED
+    global _COMPILING, _TRACED, _TRACED_STEP
     if _TRACED is None:
         import torch
 
-        from inkling_probe.compiled.op import traced_probe
-        _COMPILING, _TRACED = torch.compiler.is_compiling, traced_probe
+        from inkling_probe.compiled.op import traced_probe, traced_step
+        _COMPILING, _TRACED, _TRACED_STEP = torch.compiler.is_compiling, traced_probe, traced_step
 
 
 def stop(interrupted: bool = False) -> None:

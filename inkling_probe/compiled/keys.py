@@ -52,6 +52,25 @@ def key_id(name: str, shard: str, dim, token_dim, meta_items: tuple, select: tup
         return _IDS[key]
 
 
+_LAYOUTS: list[dict] = []  # id -> a step()'s layout, as traced
+_LAYOUT_IDS: dict[tuple, int] = {}
+
+
+@torch._dynamo.assume_constant_result
+def layout_id(items: tuple) -> int:
+    """The id of a ``step(**layout)`` call's layout (its items, constants of the trace)."""
+    with _LOCK:
+        if items not in _LAYOUT_IDS:
+            _LAYOUT_IDS[items] = len(_LAYOUTS)
+            _LAYOUTS.append(dict(items))
+        return _LAYOUT_IDS[items]
+
+
+def next_step(key: int) -> None:
+    """The step op's run-time half: ``sink.step(**layout)``, the eager call."""
+    sink.step(**_LAYOUTS[key])
+
+
 def resolve(key: int) -> tuple[str, dict]:
     """(name, probe kwargs) of id ``key``."""
     return _TABLE[key]

@@ -5,7 +5,8 @@ The op returns nothing and is registered with an ORDERED effect (torch.library's
 code or moves it past another probe, and Inductor keeps it as a fallback call in the generated code,
 reading the buffer that holds ``x`` at that point of the compiled program. Its real kernel is
 :func:`keys.deliver` (the eager recorder's path); its fake kernel does nothing. Outside a compile
-nothing calls it: an eager probe goes to the recorder directly.
+nothing calls it: an eager probe goes to the recorder directly. ``inkling_probe::step`` does the same
+for ``inkling_probe.step(**layout)`` called inside a compiled forward (inkling_model's prefill).
 """
 from __future__ import annotations
 
@@ -27,6 +28,40 @@ def _emit_fake(x: torch.Tensor, key: int) -> None:
 
 
 emit.register_effect(EffectType.ORDERED)
+
+
+@torch.library.custom_op("inkling_probe::step", mutates_args=())
+def step(key: int) -> None:
+    """``inkling_probe.step(**layout)`` with the layout of id ``key`` (keys.py), inside a compiled graph."""
+    keys.next_step(key)
+
+
+@step.register_fake
+def _step_fake(key: int) -> None:
+    return None
+
+
+step.register_effect(EffectType.ORDERED)
+
+
+def traced_step(layout: dict) -> None:
+    """A ``step()`` call while dynamo traces: one ``step`` node, ordered with the probes around it."""
+    torch.ops.inkling_probe.step(keys.layout_id(tuple(layout.items())))
+
+
+def _never_compile_the_recorder() -> None:
+    """The recorder runs eagerly, never inside a graph: where a compiled program falls back to eager
+    (a graph break), dynamo would otherwise try to compile the recorder's own frames as they are called
+    from there, and count their breaks (getpid, the writer's mmap) as the model's."""
+    from inkling_probe.record.recorder import Recorder
+
+    for name in ("record", "next_step"):
+        method = getattr(Recorder, name)
+        if not getattr(method, "_torchdynamo_disable", False):
+            setattr(Recorder, name, torch.compiler.disable(method))
+
+
+_never_compile_the_recorder()
 
 
 def traced_probe(name, tensor, shard, dim, token_dim, meta: dict) -> None:
