@@ -24,7 +24,8 @@ def test_env_and_context(monkeypatch):
 def test_unknown_names(monkeypatch):
     with pytest.raises(ValueError, match=r"unknown fault 'nope' \(known: raw_input_amax, gate_up_layout, renorm_rows, "
                        r"capture_unsafe_allreduce, adp_global_tp_size, adp_dense_allreduce, no_config_eos, "
-                       r"renorm_fused_rows, vision_fold_order, audio_codebook_offsets\)"):
+                       r"renorm_fused_rows, vision_fold_order, audio_codebook_offsets, fake_kernel_dtype, "
+                       r"compiled_branch, fusion_rounding\)"):
         faults.is_active("nope")
     with pytest.raises(ValueError, match="unknown fault 'typo'"):
         with faults.activate("renorm_rows,typo"):
