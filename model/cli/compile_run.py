@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from inkling_probe.cli.common import BadInput
 
-BACKENDS = ("inductor", "aot_eager_decomp_partition", "aot_eager", "eager")
+BACKENDS = ("inductor", "aot_eager_decomp_partition_crossref", "aot_eager_decomp_partition", "aot_eager", "eager")
 MODES = ("default", "max-autotune-no-cudagraphs")
 GRAPH_MODES = ("reduce-overhead", "max-autotune")  # CUDA graphs: recording under them is not built
 
