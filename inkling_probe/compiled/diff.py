@@ -9,6 +9,9 @@ Before anything is compared, :func:`check_pair` checks what ran: every row of th
 have been recorded through the compiled graph's op (meta ``compiled``), its recorded run without a
 graph break (compile.json), and the eager side must hold no such row. A compiled side that ran eager,
 wholly or in part, is refused with its graph breaks counted: its all-clear would rest on nothing.
+:func:`check_keys` then checks that both sides recorded the same probe points (key, step): a point
+one side holds and the other lacks is never judged, so a partial dump (a leftover eager recording,
+a narrower include on one side) is refused with the count and a few of the missing points.
 """
 from __future__ import annotations
 
@@ -45,6 +48,28 @@ def check_pair(eager, compiled) -> dict:
                                "compiled graph; record it without torch.compile")
     return {"backend": found.get("backend"), "mode": found.get("mode"), "graph_breaks": breaks,
             "traced": traced, "rows": rows, "observer": found.get("observer")}
+
+
+SHOWN = 3  # missing points named in the refusal
+
+
+def _points(dump) -> list[tuple[str, int]]:
+    """The dump's (key, step) points in recording order, each once."""
+    return list(dict.fromkeys((r["key"], r["step"]) for r in dump.index))
+
+
+def check_keys(eager, compiled) -> None:
+    """Raise :class:`NotACompiledPair` (one line) unless both sides recorded the same (key, step) points."""
+    e_points, c_points = _points(eager), _points(compiled)
+    e_set, c_set = set(e_points), set(c_points)
+    for side, dump, held, other, other_points in (("eager", eager, e_set, "compiled", c_points),
+                                                  ("compiled", compiled, c_set, "eager", e_points)):
+        missing = [p for p in other_points if p not in held]
+        if missing:
+            shown = ", ".join(f"{k}@{s}" for k, s in missing[:SHOWN]) + (", ..." if len(missing) > SHOWN else "")
+            raise NotACompiledPair(f"{side} side {dump.path}: lacks {len(missing)} of the {len(other_points)} "
+                                   f"probe points the {other} side recorded ({shown}); a point one side lacks is "
+                                   "never judged: record both sides of the same run, with the same include/exclude")
 
 
 @dataclass
@@ -84,6 +109,7 @@ def compiled_vs_eager(eager, compiled, control=None, threshold: float | None = N
 
     eager, compiled = as_dump(eager), as_dump(compiled)
     ran = check_pair(eager, compiled)
+    check_keys(eager, compiled)
     report = compare(eager, compiled, control=control, threshold=threshold, explain=False)
     rows = [r for r in report.rows if r.against == "reference"]
     out = CompileDiff(str(report.ref), str(report.cand), ran, judged=len(rows))

@@ -72,3 +72,20 @@ def test_compiled_side_that_ran_eager_is_refused(dumps, tmp_path):
     out = _diff(dumps / "eager", tmp_path / "broken")
     assert out.exit_code == 2 and "graph breaks 1" in out.output, out.output
     assert _diff(tmp_path / "nope", dumps / "eager").output.strip() == f"Error: {tmp_path / 'nope'}: no such dump"
+
+
+def test_points_one_side_lacks_are_refused_not_passed(dumps, tmp_path):
+    """A leftover partial eager dump (1 key of 3) once read as an all-clear ("1 tensors judged")."""
+    with torch.no_grad(), inkling_probe.recording(tmp_path / "partial", include="layer.in"):
+        snap(X)
+    out = _diff(tmp_path / "partial", dumps / "aot_eager")
+    assert out.exit_code == 2 and out.output.count("\n") == 1, out.output
+    assert "eager side" in out.output and "lacks 2 of the 3 probe points the compiled side recorded " \
+        "(layer.snap@0, layer.out@0)" in out.output
+
+    torch._dynamo.reset()
+    c = torch.compile(snap, backend="aot_eager")
+    record_compiled(lambda: c(X), tmp_path / "narrow", backend="aot_eager", include="layer.snap")
+    out = _diff(dumps / "eager", tmp_path / "narrow")
+    assert out.exit_code == 2 and out.output.count("\n") == 1, out.output
+    assert "compiled side" in out.output and "lacks 2 of the 3 probe points the eager side recorded" in out.output
