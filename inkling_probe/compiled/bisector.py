@@ -14,7 +14,9 @@ finished one prints its trials and ``answer.json``).
 A stage that cannot run with probes is not a verdict: the bisector's
 ``aot_eager_decomp_partition_crossref`` runs the graph under ``CrossRefFakeMode``, which has no rule
 for the ``with_effects`` wrapper around the ordered ``inkling_probe::emit`` op. That trial is counted
-good (not the culprit) with a line saying so, and the bisect goes on into Inductor.
+good (not the culprit) with a line saying so, and the bisect goes on into Inductor. Where that stage
+fails on its own check instead (a custom op's fake kernel disagrees with its real one, before any
+probe reaches the with_effects rule), the trial is bad: that is the stage's verdict.
 """
 from __future__ import annotations
 
@@ -33,6 +35,12 @@ UNRUNNABLE = {  # stage -> (text the failure names, why the stage cannot run wit
     "aot_eager_decomp_partition_crossref": (
         "with_effects", "CrossRefFakeMode has no rule for the with_effects wrapper of the ordered "
                         "inkling_probe::emit op (the fake-vs-real check of custom ops is not made)"),
+}
+
+
+FINDINGS = {  # stage -> (text its failure names, what it found): a crash that is the stage's own verdict
+    "aot_eager_decomp_partition_crossref": (
+        "on FakeTensor and concrete Tensors", "a fake kernel disagrees with its real kernel"),
 }
 
 
@@ -95,9 +103,14 @@ def bisect_compiler(record: Callable[[str, Path], None], eager, workdir, log=pri
             record(backend, dump)
         except Exception as e:  # noqa: BLE001 (a stage's crash: skipped where known, else no verdict)
             text, why = UNRUNNABLE.get(backend, (None, None))
-            if text is None or text not in str(e):
-                raise TrialFailed(f"{head}: the record failed: {str(e).strip().splitlines()[-1:] or e!r}") from None
-            good, skipped, line = True, True, f"{head}: skipped, counted good (not the culprit): {why}"
+            found, what = FINDINGS.get(backend, (None, None))
+            last = (str(e).strip().splitlines() or [repr(e)])[-1]
+            if found is not None and found in str(e):
+                good, skipped, line = False, False, f"{head}: bad, {what}: {last}"
+            elif text is None or text not in str(e):
+                raise TrialFailed(f"{head}: the record failed: {last}") from None
+            else:
+                good, skipped, line = True, True, f"{head}: skipped, counted good (not the culprit): {why}"
         else:
             verdict = compiled_vs_eager(eager, dump)
             good, skipped = not verdict.diverged, False

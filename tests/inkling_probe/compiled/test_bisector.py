@@ -61,3 +61,12 @@ def test_fusion_rounding_bisects_into_inductor_past_the_crossref_stage(ckpt, tmp
     assert answer["backend"] == "inductor" and answer["skipped"] == ["aot_eager_decomp_partition_crossref"]
     assert answer["subsystem"] == "inductor_emulate_precision_casts" and answer["trials"] == 10
     assert lines[9] == "trial 10: backend=inductor subsystem=inductor_emulate_precision_casts: good, within (17 tensors)"
+
+
+def test_fake_kernel_dtype_found_by_the_crossref_stage(ckpt, tmp_path):
+    """CrossRefFakeMode checks the custom op's fake kernel against its real one before any probe: bad."""
+    answer, lines = _bisect(ckpt, tmp_path, "fake_kernel_dtype")
+    assert answer == {"backend": "aot_eager_decomp_partition_crossref", "subsystem": None, "count": None,
+                      "trials": 4, "skipped": []}
+    assert lines[3].startswith("trial 4: backend=aot_eager_decomp_partition_crossref subsystem=-: bad, a fake kernel "
+                               "disagrees with its real kernel: When comparing the output of inkling_model.silu_fp32")
