@@ -8,6 +8,8 @@ inputs ``P.in.0`` and keyword inputs ``P.in.<name>``; a root that returns a bare
 from __future__ import annotations
 
 import contextlib
+import itertools
+import weakref
 
 import torch
 
@@ -31,8 +33,21 @@ def _join(prefix: str, suffix: str) -> str:
     return f"{prefix}.{suffix}" if prefix else suffix
 
 
+_CAPTURES: "weakref.WeakValueDictionary[int, _Capture]" = weakref.WeakValueDictionary()
+_NEXT_ID = itertools.count()
+
+
+@torch._dynamo.assume_constant_result
+def _mapped(capture_id: int, key: str) -> str:
+    """The recorded name of module key ``key`` (the name map applied; "" drops it), run by dynamo at
+    trace time as a constant: a regex is not traceable, and a name must not be a guard."""
+    return _CAPTURES[capture_id].mapped(key)
+
+
 class _Capture:
     def __init__(self, include, name_map, token_dim, batch_row=None):
+        self.cid = next(_NEXT_ID)
+        _CAPTURES[self.cid] = self
         self.include = glob_patterns(include)
         self.name_map = name_map
         self.token_dim = token_dim
@@ -95,8 +110,11 @@ class _Capture:
     def wanted(self, path: str) -> bool:
         return not self.include or matches_any(path, self.include)
 
+    def mapped(self, key: str) -> str:
+        return self.name_map.apply(key) if self.name_map is not None else key
+
     def emit(self, key: str, tensor: torch.Tensor) -> None:
-        name = self.name_map.apply(key) if self.name_map is not None else key
+        name = _mapped(self.cid, key) if torch.compiler.is_compiling() else self.mapped(key)
         if name:
             tensor = self.cut(tensor)
             token_dim, meta = self.layout(tensor)
@@ -117,20 +135,45 @@ class _Capture:
         return hook
 
 
+_STEPPERS: dict = {}  # handle -> the _StepEachForward of a record() block (its op's run-time half)
+_HANDLES = itertools.count()
+
+
 class _StepEachForward:
     """Root pre-hook of ``record(steps="auto")``: a forward of the root that finds the step it ran in
-    last time still current starts the next one (no caller stepped in between)."""
+    last time still current starts the next one (no caller stepped in between). Inside a compiled
+    forward it is one ``inkling_probe::forward_step`` node (compiled/op.py) that decides when it runs,
+    so nothing of the recorder's state is read at trace time (no guard, no recompile per step)."""
 
     def __init__(self) -> None:
         self.last: int | None = None  # the recorder's step id at the root's last forward
+        self.handle = next(_HANDLES)
+        _STEPPERS[self.handle] = self
 
     def __call__(self, module, args) -> None:
+        if sink.enabled() and torch.compiler.is_compiling():
+            torch.ops.inkling_probe.forward_step(self.handle)
+            return
+        self.forward()
+
+    def forward(self) -> None:
+        """The eager decision: step unless a caller stepped since the root's last forward."""
         rec = sink.active_recorder()
         if rec is None:
             return
         if self.last is None and not rec.step_started() or self.last is not None and rec.step_id == self.last:
             sink.step()
         self.last = rec.step_id
+
+    def close(self) -> None:
+        _STEPPERS.pop(self.handle, None)
+
+
+def run_stepper(handle: int) -> None:
+    """``inkling_probe::forward_step``'s run-time half (compiled/op.py)."""
+    stepper = _STEPPERS.get(handle)
+    if stepper is not None:
+        stepper.forward()
 
 
 @contextlib.contextmanager
@@ -152,7 +195,12 @@ def record(module: torch.nn.Module, path=None, include=None, inputs: bool = True
     step a decode forward) unless :func:`inkling_probe.step` was called since the last forward (the
     caller steps); ``"manual"``: only :func:`inkling_probe.step` starts a step (forwards without one
     are calls of the same step). Hooks are removed on exit, also when the block raises.
+
+    A ``torch.compile``d module records inside its compiled graph (no graph break; docs/COMPILE.md):
+    hooks are guarded from the first call on, so a graph compiled before the block is compiled again
+    with them, once, and the hookless graph again after.
     """
+    from inkling_probe.compiled.freshen import guard_hooks
     from inkling_probe.store.namemap import NameMap
 
     if batch_row is not None and (isinstance(batch_row, bool) or not isinstance(batch_row, int) or batch_row < 0):
@@ -160,6 +208,7 @@ def record(module: torch.nn.Module, path=None, include=None, inputs: bool = True
     if steps not in ("auto", "manual"):
         raise ValueError(f"record(steps={steps!r}): expected 'auto' or 'manual'")
     capture = _Capture(include, NameMap.load(name_map) if name_map is not None else None, token_dim, batch_row)
+    guard_hooks()  # a model compiled before now must see the hooks (compiled/freshen.py)
     handles = []
     with contextlib.ExitStack() as stack:
         if path is not None:
@@ -168,7 +217,9 @@ def record(module: torch.nn.Module, path=None, include=None, inputs: bool = True
             raise RuntimeError("record(module) without a path needs recording on (INKLING_PROBE or recording())")
         try:
             if steps == "auto":
-                handles.append(module.register_forward_pre_hook(_StepEachForward()))
+                stepper = _StepEachForward()
+                stack.callback(stepper.close)
+                handles.append(module.register_forward_pre_hook(stepper))
             handles.append(module.register_forward_pre_hook(capture.learn_shape, with_kwargs=True))
             for mpath, sub in module.named_modules():
                 if not capture.wanted(mpath):

@@ -24,6 +24,17 @@ ENV_ERROR: ProbeError | None = None  # a bad INKLING_PROBE_* found at import by 
 _UNCAUGHT = []  # set by the except hook: the program is dying of an exception
 
 
+def _never() -> bool:
+    return False
+
+
+# Under torch.compile a probe becomes one node of the registered op (inkling_probe/compiled/op.py):
+# both are bound when a recording starts (torch is loaded by then), so this module never imports torch.
+_COMPILING = _never  # torch.compiler.is_compiling
+_TRACED = None  # inkling_probe.compiled.op.traced_probe
+_TRACED_STEP = None  # inkling_probe.compiled.op.traced_step
+
+
 def probe(name, tensor, *, shard="replicated", dim=None, token_dim=0, **meta):
     """Record ``tensor`` under the dotted ``name`` (the HDF5 key) when recording is on.
 
@@ -32,8 +43,15 @@ def probe(name, tensor, *, shard="replicated", dim=None, token_dim=0, **meta):
     value is the sum over ranks). ``token_dim`` is the dim a token slice applies to (None: the
     tensor has no token dim and is never sliced); ``meta`` keys
     (JSON-able) are stored with the tensor, after the step's layout (:func:`step`).
+
+    Inside ``torch.compile`` the call traces to one ``inkling_probe::emit`` node (no graph break; the
+    name becomes an id fixed at trace time) that records the tensor as the compiled program holds it
+    (docs/COMPILE.md). With recording off it leaves no node.
     """
     if _RECORDER is None:
+        return
+    if _COMPILING():
+        _TRACED(name, tensor, shard, dim, token_dim, meta)
         return
     _RECORDER.record(name, tensor, shard=shard, dim=dim, token_dim=token_dim,
                      meta={**_LAYOUT, **meta} if _LAYOUT else meta)
@@ -51,7 +69,9 @@ def step(**layout) -> None:
     and ``requests`` (``[[request id, token rows], ...]`` in row order; docs/MODEL.md).
     """
     global _LAYOUT
-    if _RECORDER is not None:
+    if _RECORDER is not None and _COMPILING():
+        _TRACED_STEP(layout)  # an ordered node of the compiled graph, which calls this eagerly
+    elif _RECORDER is not None:
         _LAYOUT = layout
         _RECORDER.next_step()
 
@@ -74,7 +94,18 @@ def start(settings, early_writer: bool = True) -> None:
     global _RECORDER
     stop()
     _install_excepthook()
+    _bind_tracing()
     _RECORDER = Recorder(settings, early_writer=early_writer)
+
+
+def _bind_tracing() -> None:
+    """Bind the compiled path (``torch.compiler.is_compiling`` and the registered op) once torch is in."""
+    global _COMPILING, _TRACED, _TRACED_STEP
+    if _TRACED is None:
+        import torch
+
+        from inkling_probe.compiled.op import traced_probe, traced_step
+        _COMPILING, _TRACED, _TRACED_STEP = torch.compiler.is_compiling, traced_probe, traced_step
 
 
 def stop(interrupted: bool = False) -> None:
@@ -149,6 +180,7 @@ def recording(path, **overrides):
 def redirected(recorder):
     """Send probe calls to ``recorder`` inside the block (in-graph recording: inkling_probe/graphs)."""
     global _RECORDER
+    _bind_tracing()
     previous, _RECORDER = _RECORDER, recorder
     try:
         yield recorder

@@ -20,6 +20,7 @@ BUILTIN = {
     "compare": "inkling_probe.cli.compare:command",
     "replay": "inkling_probe.cli.replay:command",
     "graphdiff": "inkling_probe.cli.graphdiff:command",
+    "compilediff": "inkling_probe.cli.compilediff:command",
     "report": "inkling_probe.cli.report:command",
     "extract": "inkling_probe.cli.extract:command",
     "bisect": "inkling_probe.cli.bisect:command",

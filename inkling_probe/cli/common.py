@@ -124,3 +124,21 @@ def _option(param) -> str:
     opts = getattr(param, "opts", None) or [param.name]
     return max(opts, key=len) if opts[0].startswith("-") else param.human_readable_name
 
+
+
+def finish_diff(compute, as_json: bool, header) -> None:
+    """graphdiff's and compilediff's ending: ``compute()`` the verdict (a ProbeError is one line, exit
+    2), print it (``--json``: its ``to_dict()``; else ``header(result)`` and its summary) and exit 1
+    when it diverged."""
+    from inkling_probe.errors import ProbeError
+
+    try:
+        result = compute()
+    except ProbeError as e:
+        raise BadInput(str(e).splitlines()[0]) from None
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        click.echo(f"{header(result)}\n{result.summary()}")
+    if result.diverged:
+        raise SystemExit(1)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from inkling_probe.cli.common import BadInput, Real, Whole, emit_json
+from inkling_probe.cli.common import BadInput, Real, Whole, finish_diff
 
 
 @click.command("graphdiff")
@@ -38,7 +38,6 @@ def command(dumps, command, out, eager_env, timeout, threshold, steps, as_json):
     """
     from pathlib import Path
 
-    from inkling_probe.errors import ProbeError
     from inkling_probe.graphs.diff import graph_vs_eager, record_pair
 
     if command is not None:
@@ -55,13 +54,5 @@ def command(dumps, command, out, eager_env, timeout, threshold, steps, as_json):
     for d in dumps:
         if not Path(d).exists():
             raise BadInput(f"{d}: no such dump")
-    try:
-        result = graph_vs_eager(dumps[0], dumps[1], threshold=threshold, steps=set(steps) or None)
-    except ProbeError as e:
-        raise BadInput(str(e).splitlines()[0]) from None
-    if as_json:
-        emit_json(result.to_dict())
-    else:
-        click.echo(f"eager: {result.eager}\ngraph: {result.graph}\n{result.summary()}")
-    if result.diverged:
-        raise SystemExit(1)
+    finish_diff(lambda: graph_vs_eager(dumps[0], dumps[1], threshold=threshold, steps=set(steps) or None),
+                as_json, lambda r: f"eager: {r.eager}\ngraph: {r.graph}")

@@ -32,13 +32,18 @@ def command(dump, patterns, steps, per_rank, as_json):
     if steps and not index:
         have = sorted({r["step"] for r in d.index})
         raise BadInput(f"{dump}: no step {', '.join(map(str, steps))} (steps {have[0]}..{have[-1]})")
+    from inkling_probe.compiled import facts
+
+    compiled = facts.read(dump)
     rows = index if per_rank else global_rows(index, d.world_size)
     if as_json:
-        emit_json({"dump": dump, "world_size": d.world_size, "ranks": d.ranks,
+        emit_json({"dump": dump, "world_size": d.world_size, "ranks": d.ranks, "compiled": compiled,
                    "unfinished_segments": d.unfinished,
                    "tensors": [{k: finite_or_none(r[k]) for k in _JSON_FIELDS if k in r} for r in rows]})
         return
     _print_table(d, rows, per_rank)
+    for line in facts.lines(compiled) if compiled else ():
+        click.echo(line)
 
 
 _COLUMNS = (("step", ">"), ("key", "<"), ("rank", "<"), ("shape", "<"), ("dtype", "<"), ("mean", ">"),

@@ -231,7 +231,11 @@ class Recorder:
         raise error
 
     # -- recording -------------------------------------------------------------------------
-    def record(self, name: str, tensor, *, shard="replicated", dim=None, token_dim=0, meta=None) -> None:
+    def record(self, name: str, tensor, *, shard="replicated", dim=None, token_dim=0, meta=None,
+               once: bool = True) -> None:
+        """Record ``tensor`` under ``name`` in the current step; ``once=False``: never as a reference to
+        an earlier recording of the same storage (a compiled program reuses its buffers without bumping
+        their version counters, so identity there says nothing about the values)."""
         with self._mutex:  # the per-probe path: every call here is paid once per probe (GPU: ~150 a forward)
             if self._failed is not None:
                 raise self._failed
@@ -248,7 +252,7 @@ class Recorder:
             if writer is None:
                 return
             row, t = self._row(name, tensor, shard, dim, token_dim, meta, seq)
-            if self._once is not None and self._referenced(row, t):
+            if once and self._once is not None and self._referenced(row, t):
                 return
             try:
                 if t.is_cuda or self._stager is not None:

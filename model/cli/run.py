@@ -139,7 +139,7 @@ def _check_allreduce(spec: str) -> None:
 
 
 # -- the runs (module level: spawned ranks import them) ---------------------------------------
-RUNTIME_OPTIONS = ("dp", "expert_parallel", "cuda_graph", "enforce_eager")  # the model's, not sampling
+RUNTIME_OPTIONS = ("dp", "expert_parallel", "cuda_graph", "enforce_eager", "compile")  # the model's, not sampling
 
 
 def _check_force_routing(path, impl: str, cuda_graph: bool) -> None:
@@ -253,6 +253,12 @@ def _record_rank(model, prompts, mine, steps, max_new, eos, dump, gen, opts) -> 
     from inkling_model.generate import generate, prefill
 
     own = [prompts[i] for i in mine]
+    if opts["compile"]:  # run --compile: the prefill compiled, recorded in the graph (compile_run.py)
+        from inkling_model.cli.compile_run import record_prefill
+
+        facts = record_prefill(model, own, mine, dump, **opts["compile"])
+        return {"responses": [{"id": i, "tokens": [], "finish_reason": "prefill only", "steps": [],
+                               "compiled": facts} for i in mine]}
     with inkling_probe.recording(dump) if dump else contextlib.nullcontext(), torch.no_grad():
         if max_new == 0:
             prefill(model, own, mine)
@@ -384,12 +390,19 @@ def _run(impl, ckpt, tp, dp, dtype, prompts, max_new, eos, dump, gen, runtime=No
               help="Teacher-forced decode: every step is fed the token REF_DUMP decoded there (its input ids, or "
                    "its logits' argmax), so compare judges every decode step; the candidate's own differing "
                    "picks are printed with their logit margins (native, one request, greedy; eager or graphs).")
+@click.option("--compile", "compile_", is_flag=True,
+              help="Record the prefill under torch.compile (model.compile; probes record inside the compiled "
+                   "graph, compile.json states graph breaks and the observer effect): for `compilediff`.")
+@click.option("--compile-backend", default="inductor", show_default=True, metavar="B",
+              help="With --compile: inductor, aot_eager_decomp_partition, aot_eager or eager.")
+@click.option("--compile-mode", default=None, metavar="M",
+              help="With --compile (inductor): default or max-autotune-no-cudagraphs.")
 @click.option("--dump", type=click.Path(), help="Dump directory to record into (must not exist).")
 @click.option("--gen-log", type=click.Path(dir_okay=False), metavar="FILE",
               help="Write one JSON line per response (ids, finish reason, per-step top logits) for `health`.")
 def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, dp, max_new_tokens, temperature, top_k, seed,
-            eos, fault, cuda_graph, enforce_eager, allreduce_spec, images, audios, force_routing, force_tokens, dump,
-            gen_log):
+            eos, fault, cuda_graph, enforce_eager, allreduce_spec, images, audios, force_routing, force_tokens, compile_,
+            compile_backend, compile_mode, dump, gen_log):
     """Run the model on a checkpoint with recording on; prints the generated tokens."""
     ckpt_dir = Path(ckpt)
     config = _config(ckpt_dir)
@@ -412,6 +425,15 @@ def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, dp, max_new_
     _check_outputs(dump, gen_log, impl)
     _check_force_routing(force_routing, impl, cuda_graph)
     forced = _check_force_tokens(force_tokens, impl, prompts, dp, temperature, bool(images or audios))
+    compiled = None
+    if compile_:
+        from inkling_model.cli import compile_run
+
+        compiled = compile_run.check(compile_backend, compile_mode, impl=impl, tp=tp, dp=dp, max_new=max_new_tokens,
+                                     dump=dump, runtime=cuda_graph or enforce_eager, media=bool(images or audios),
+                                     forced=bool(force_routing or force_tokens))
+    elif compile_mode is not None or compile_backend != "inductor":
+        raise BadInput("--compile-backend/--compile-mode: only with --compile")
     media = None
     if images or audios or (impl == "hf" and _has_towers(ckpt_dir)):  # multimodal: media read and checked now
         # (inkling_model/multimodal/run.py); transformers' model of a checkpoint with towers is the
@@ -431,7 +453,8 @@ def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, dp, max_new_
             except ValueError as e:
                 raise BadInput(f"--force-tokens: {e}") from None
         gen = dict(temperature=temperature, top_k=top_k, seed=seed)
-        runtime = dict(expert_parallel=expert_parallel, dp=dp, cuda_graph=cuda_graph, enforce_eager=enforce_eager)
+        runtime = dict(expert_parallel=expert_parallel, dp=dp, cuda_graph=cuda_graph, enforce_eager=enforce_eager,
+                       compile=compiled)
         if media is not None:
             from inkling_model.multimodal.run import run_multimodal
 
@@ -448,6 +471,10 @@ def command(ckpt, impl, tp, expert_parallel, dtype, tokens, prompt, dp, max_new_
     if "error" in responses[0]:
         raise BadInput(responses[0]["error"])
     _report(impl, tp, dp, dtype, prompts, eos_spec, fault_text, responses, dump)
+    if responses[0].get("compiled"):
+        from inkling_model.cli.compile_run import describe
+
+        click.echo(describe(responses[0]["compiled"]))
     _report_forced(responses)
     if gen_log:
         from inkling_model.plugins import genlog

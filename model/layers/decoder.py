@@ -9,6 +9,7 @@ import inkling_probe
 from inkling_model.switches import faults
 from inkling_model.layers.attention import Attention
 from inkling_model.layers.context import StepContext
+from inkling_model.layers.compile_faults import compiled_rms_norm, snap_to_grid
 from inkling_model.layers.conv import ShortConv
 from inkling_model.layers.mlp import DenseMLP
 from inkling_model.layers.moe import MoE
@@ -32,7 +33,10 @@ class DecoderLayer(nn.Module):
 
     def forward(self, h: torch.Tensor, ctx: StepContext) -> torch.Tensor:
         p = self.prefix
-        x = self.attn_norm(h)  # [T, H]
+        if self.layer_idx == 0 and faults.is_active("compiled_branch"):
+            x = compiled_rms_norm(self.attn_norm, h)
+        else:
+            x = self.attn_norm(h)  # [T, H]
         if self.layer_idx == faults.RENORM_LAYER and faults.is_active("renorm_rows"):
             x = _renorm_rows(x, self.attn_norm)
         inkling_probe.probe(f"{p}.attn_norm", x)
@@ -41,6 +45,8 @@ class DecoderLayer(nn.Module):
         h = h + x
         inkling_probe.probe(f"{p}.resid_attn", h)
         x = self.mlp_norm(h)
+        if self.layer_idx == 0 and faults.is_active("fusion_rounding"):
+            x = snap_to_grid(x)
         inkling_probe.probe(f"{p}.mlp_norm", x)
         x = self.mlp_sconv(self.mlp(x, ctx), ctx)
         inkling_probe.probe(f"{p}.mlp_sconv", x)

@@ -154,7 +154,12 @@ class RoutedExperts(nn.Module):
         self.weight_format.probe_scales(self)
         dtype = self.weight_format.compute_dtype or x.dtype
         xc = x.to(dtype)  # [T, H]
-        out = self._gathered(xc, topk_idx, topk_w) if gathered else self._grouped(xc, topk_idx, topk_w)
+        # compiled: the grouped loop runs over data-dependent expert ids (a graph break), so the gathered
+        # dispatch (each token's k experts, the decode step's) runs; the same sum, per token
+        if gathered or torch.compiler.is_compiling():
+            out = self._gathered(xc, topk_idx, topk_w)
+        else:
+            out = self._grouped(xc, topk_idx, topk_w)
         return out.to(x.dtype)
 
     def _grouped(self, x, topk_idx, topk_w) -> torch.Tensor:

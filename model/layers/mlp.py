@@ -8,6 +8,7 @@ from torch import nn
 
 import inkling_probe
 from inkling_model.switches import faults
+from inkling_model.layers.compile_faults import swiglu_through_op
 from inkling_model.layers.linear import ColumnParallelLinear, RowParallelLinear
 from inkling_model.layers.loading import make_param, replicated_loader
 from inkling_model.parallel import Parallel
@@ -31,7 +32,9 @@ class DenseMLP(nn.Module):
 
     def forward(self, x: torch.Tensor, ctx=None) -> torch.Tensor:
         """``ctx`` is unused (the MoE's dispatch depends on it; the dense MLP's math does not)."""
-        y = self.w2_md(swiglu_interleaved(self.w13_dn(x)), reduce=False)  # [T, H] partial
+        h = self.w13_dn(x)
+        act = swiglu_through_op(h) if faults.is_active("fake_kernel_dtype") else swiglu_interleaved(h)
+        y = self.w2_md(act, reduce=False)  # [T, H] partial
         if self.tp.dp_size > 1 and faults.is_active("adp_dense_allreduce"):
             y = _reduce_over_world(y, self.tp)
         else:

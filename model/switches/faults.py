@@ -139,6 +139,27 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
           "b * mel_vocab_size + l): every mel bin reads codebook 0. Needs audio. Born at the summed "
           "codebook embeddings (audio.embed).",
           lambda c: "audio.embed"),
+    Fault("fake_kernel_dtype", "model/layers/mlp.py (dense MLP; the custom op silu_fp32 in compile_faults.py)",
+          "compile-only: a custom op whose fake kernel disagrees with its real one about the output dtype",
+          "Compile-only. The first dense MLP's silu goes through a custom op whose real kernel returns fp32 "
+          "while its fake kernel says the input's dtype; the MLP copies the result into a buffer of its "
+          "dtype. Eager (and aot_eager) cast in the copy; Inductor plans buffers from the fake kernel and "
+          "reads the fp32 result as bf16. bf16 and Inductor only. Born at layers.0.mlp.out for tiny.",
+          lambda c: f"layers.{_first_dense_layer(c)}.mlp.out"),
+    Fault("compiled_branch", "model/layers/decoder.py (layer 0's attn_norm; compile_faults.py)",
+          "compile-only: a torch.compiler.is_compiling() fast path with a bug (an RMS sum, not a mean)",
+          "Compile-only. Layer 0's attn_norm takes a \"compiled fast path\" when "
+          "torch.compiler.is_compiling(), and that path takes the RMS statistic as a sum, not a mean. "
+          "Eager runs the other branch; any backend (eager included) traces this one. Born at "
+          "layers.0.attn_norm.",
+          lambda c: "layers.0.attn_norm"),
+    Fault("fusion_rounding", "model/layers/decoder.py (layer 0's mlp_norm; compile_faults.py)",
+          "compile-only: rounding by bf16 magic numbers that Inductor's fp32 fusion skips",
+          "Compile-only. Layer 0's mlp_norm output is snapped to a grid of 1/4 by magic-number rounding, "
+          "(x*4 + 192) - 192, which relies on the sum being rounded to bf16. Inductor fuses it in fp32 and "
+          "nothing is rounded (torch._inductor.config.emulate_precision_casts=True restores eager's "
+          "rounding). bf16 and Inductor only. Born at layers.0.mlp_norm.",
+          lambda c: "layers.0.mlp_norm"),
 )}
 
 _context: list[frozenset[str]] = []

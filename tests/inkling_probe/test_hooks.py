@@ -3,6 +3,7 @@ import pytest
 import torch
 
 import inkling_probe
+import tiny_hf
 from inkling_probe.hooks import flatten
 
 
@@ -85,14 +86,7 @@ def test_flatten_keys():
 
 
 def _tiny_hf_inkling():
-    transformers = pytest.importorskip("transformers")
-    cfg = transformers.InklingTextConfig(
-        vocab_size=256, hidden_size=64, num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2,
-        head_dim=16, swa_num_attention_heads=4, swa_num_key_value_heads=2, swa_head_dim=16,
-        intermediate_size=128, moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2,
-        n_shared_experts=2, sliding_window_size=8, rel_extent=16)
-    torch.manual_seed(0)
-    return transformers.InklingForCausalLM(cfg).eval()
+    return tiny_hf.inkling()
 
 
 def test_transformers_inkling_every_module_and_logits(tmp_path):

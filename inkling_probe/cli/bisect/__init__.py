@@ -1,4 +1,5 @@
-"""``inkling-probe bisect``: hunts that re-run commands (layers, flags, precision) or split tensors (elements).
+"""``inkling-probe bisect``: hunts that re-run commands (layers, flags, precision, compiler) or split tensors
+(elements).
 
 One module per sub-command; each loads only when it runs, so ``--help`` stays instant.
 """
@@ -13,6 +14,7 @@ SUBCOMMANDS = {
     "flags": "inkling_probe.cli.bisect.flags:command",
     "elements": "inkling_probe.cli.bisect.elements:command",
     "precision": "inkling_probe.cli.bisect.precision:command",
+    "compiler": "inkling_probe.cli.bisect.compiler:command",
 }
 
 
