@@ -55,7 +55,7 @@ def read_header(path) -> tuple[dict[str, dict], int]:
         raise BadSafetensors(f"{path}: not a safetensors file (header is a JSON {type(doc).__name__})")
     start = 8 + n
     header = {name: _entry(path, name, meta, size - start) for name, meta in doc.items() if name != "__metadata__"}
-    _check_disjoint(path, header)
+    _check_back_to_back(path, header, size - start)
     return header, start
 
 
@@ -72,14 +72,22 @@ def _pairs(pairs: list) -> dict:
     return out
 
 
-def _check_disjoint(path: str, header: dict) -> None:
-    """No two entries share a byte (safetensors writes them back to back): overlapping entries read
-    the same bytes again, so a 1 MB file could read as 400 MB."""
-    spans = sorted((e["data_offsets"], name) for name, e in header.items() if e["data_offsets"][1] > e["data_offsets"][0])
-    for ((a0, a1), a), ((b0, b1), b) in zip(spans, spans[1:]):
-        if b0 < a1:
-            raise BadSafetensors(f"{path}: tensors {a[:80]!r} [{a0}, {a1}] and {b[:80]!r} [{b0}, {b1}] overlap; "
+def _check_back_to_back(path: str, header: dict, data_bytes: int) -> None:
+    """Entries hold the data back to back, each byte once, as safetensors writes them and its own
+    loader demands: overlapping entries read the same bytes again (a 1 MB file could read as 400 MB),
+    and a gap or trailing bytes are bytes no entry accounts for."""
+    end, last = 0, None
+    for (a, b), name in sorted((e["data_offsets"], name) for name, e in header.items()):
+        if a < end:
+            raise BadSafetensors(f"{path}: tensors {last[:80]!r} and {name[:80]!r} overlap at bytes [{a}, {end}]; "
                                  "a safetensors file holds each tensor's bytes once")
+        if a > end:
+            raise BadSafetensors(f"{path}: tensor {name[:80]!r} starts at byte {a}, after a gap of {a - end} bytes "
+                                 "no entry holds; not a safetensors file's layout")
+        end, last = b, name
+    if end != data_bytes:
+        raise BadSafetensors(f"{path}: its entries hold {end} bytes of the file's {data_bytes} data bytes; "
+                             "not a safetensors file's layout")
 
 
 def _entry(path: str, name: str, meta, data_bytes: int) -> dict:

@@ -179,6 +179,10 @@ def _world(path: str, rows: list[dict], ranks: list[int]) -> int:
     be present (the gaps are found between the ranks present, never by listing the world)."""
     declared = {int(r["meta"]["dumper"]["world_size"]) for r in rows
                 if isinstance(r["meta"].get("dumper", {}).get("world_size"), int)}
+    if len(declared) > 1:
+        raise DumpError(f"{path}: its files declare world sizes {sorted(declared)[:4]}; one run has one")
+    if declared and ranks[-1] >= min(declared):
+        raise DumpError(f"{path}: rank {ranks[-1]} is outside the world size {min(declared)} its files declare")
     world = max(declared | {ranks[-1] + 1})
     holes = gaps.missing(ranks, world)
     if holes:

@@ -93,10 +93,16 @@ def _load_zip(path: str):
     import torch
 
     size = os.path.getsize(path)
+    torch._C.PyTorchFileReader(path)  # torch's own reading of the archive's directory: what it refuses, we do
     with zipfile.ZipFile(path) as z:
         records = {i.filename: i for i in z.infolist()}
         if len(records) != len(z.infolist()):
             raise DumpError(f"{path}: a zip member name appears twice; not a torch file")
+        for info in records.values():  # torch's reader refuses the archive over any member's sizes
+            if info.compress_type != zipfile.ZIP_STORED or info.compress_size != info.file_size:
+                raise DumpError(f"{path}: member {info.filename[:80]!r} is compressed or its sizes disagree "
+                                f"({info.compress_size} stored, {info.file_size} declared); torch.save stores "
+                                "members as they are")
         pkl = [n for n in records if n.endswith("/data.pkl") or n == "data.pkl"]
         if len(pkl) != 1:
             raise DumpError(f"{path}: {len(pkl)} data.pkl members; not a torch file")

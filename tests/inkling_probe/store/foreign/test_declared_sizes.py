@@ -90,7 +90,7 @@ def test_overlapping_safetensors_entries(tmp_path):
     data = bytes(1 << 16)
     header = {f"t{i}": {"dtype": "F32", "shape": [1 << 14], "data_offsets": [0, len(data)]} for i in range(400)}
     path = _safetensors(tmp_path / "t.safetensors", header, data)
-    one_line_error(run("import", path, tmp_path / "out"), "t.safetensors", "'t0' [0, 65536] and 't1' [0, 65536] overlap")
+    one_line_error(run("import", path, tmp_path / "out"), "t.safetensors", "tensors 't0' and 't1' overlap at bytes [0, 65536]")
     assert not (tmp_path / "out").exists()
 
 
