@@ -80,11 +80,15 @@ def describe_npz(path: str) -> list[tuple[str, tuple, str]]:
 
 
 def load_npz(path: str, name: str) -> np.ndarray:
-    describe_npz(path)
+    """One member's array: its header checked again (not the whole archive's: one read per member)."""
     where = f"{path}: {name!r}"
-    with zipfile.ZipFile(path) as z, z.open(name + ".npy") as fh:
-        shape, fortran, dtype, _ = read_header(fh, where)
-        return _read_data(fh, shape, fortran, dtype, where)
+    with zipfile.ZipFile(path) as z:
+        info = z.getinfo(name + ".npy")
+        _, _, nbytes = _member_header(path, z, info)
+        check_reads_as(path, os.path.getsize(path), nbytes, f"array {name!r}")
+        with z.open(info) as fh:
+            shape, fortran, dtype, _ = read_header(fh, where)
+            return _read_data(fh, shape, fortran, dtype, where)
 
 
 def _member_name(path: str, filename: str) -> str:

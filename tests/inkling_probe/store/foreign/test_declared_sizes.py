@@ -155,3 +155,39 @@ def test_a_truncated_pt_record_past_the_end(tmp_path):
     short_record_pt(tmp_path / "d" / "t.pt", n_declared=100_000)
     with pytest.raises(DumpError, match="record data/0 holds 40 bytes, its storage declares 400000"):
         inkling_probe.open(tmp_path / "d")
+
+
+def test_an_import_failing_midway_leaves_nothing(tmp_path, monkeypatch):
+    """A read failing after the first tensor was written (the old import left DST with a segment)."""
+    from inkling_probe.store.foreign import open_foreign
+    from inkling_probe.store.foreign.convert import convert
+
+    (tmp_path / "d").mkdir()
+    for name in ("a", "b"):
+        np.save(tmp_path / "d" / f"{name}.npy", np.arange(4.0))
+    dump = open_foreign(tmp_path / "d")
+    real, calls = dump._load_array, []
+
+    def failing_second(row):
+        calls.append(row)
+        if len(calls) == 2:
+            raise DumpError(f"{row['_src'][0]}: the disk went away")
+        return real(row)
+    monkeypatch.setattr(dump, "_load_array", failing_second)
+    with pytest.raises(DumpError, match="the disk went away"):
+        convert(dump, str(tmp_path / "out"))
+    assert sorted(os.listdir(tmp_path)) == ["d"]
+
+
+def test_npz_data_damage_found_at_read_leaves_nothing(tmp_path):
+    """Listing reads member headers only, so a damaged member's data shows when it is read (a CRC):
+    import stops with one line and neither DST nor its hidden folder beside it is left."""
+    d = tmp_path / "d"
+    d.mkdir()
+    np.save(d / "a.npy", np.arange(4.0))
+    np.savez(d / "b.npz", x=np.arange(64.0))
+    raw = bytearray((d / "b.npz").read_bytes())
+    raw[raw.index(np.arange(64.0).tobytes()) + 100] ^= 0xFF  # a data byte: the header still reads
+    (d / "b.npz").write_bytes(bytes(raw))
+    one_line_error(run("import", d, tmp_path / "out"), "b.npz")
+    assert sorted(os.listdir(tmp_path)) == ["d"]
