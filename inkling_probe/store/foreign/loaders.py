@@ -64,11 +64,18 @@ def _first_line(e: BaseException) -> str:
 _PT_CACHE: dict[str, dict] = {}  # one file's tensors, the last one loaded (a key is read rank by rank)
 
 
+def _identity(path: str) -> tuple:
+    """What a cached reading of ``path`` must still match: the same file, size and modification time."""
+    st = os.stat(path)
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def _pt_tensors(path: str) -> dict:
-    """{name: tensor} and the dumper meta of a .pt file, loaded once per file in a row."""
+    """{name: tensor} and the dumper meta of a .pt file, loaded once per file in a row (while unchanged)."""
     cached = _PT_CACHE.get(path)
-    if cached is not None:
+    if cached is not None and cached["identity"] == _identity(path):
         return cached
+    identity = _identity(path)
     obj = _torch_load(path)
     meta = {}
     if isinstance(obj, dict) and set(obj) == {"value", "meta"} and isinstance(obj["meta"], dict):
@@ -78,7 +85,7 @@ def _pt_tensors(path: str) -> dict:
 
     tensors = flatten(path, obj)
     _PT_CACHE.clear()
-    _PT_CACHE[path] = {"tensors": tensors, "meta": meta}
+    _PT_CACHE[path] = {"tensors": tensors, "meta": meta, "identity": identity}
     return _PT_CACHE[path]
 
 
@@ -171,8 +178,7 @@ def _st_header(path: str) -> tuple[dict, int]:
     parsed once per file (reading many tensors of one file is linear in their number)."""
     from inkling_probe.store.safetensors_header import read_header
 
-    st = os.stat(path)
-    identity = (st.st_ino, st.st_size, st.st_mtime_ns)
+    identity = _identity(path)
     cached = _ST_CACHE.get(path)
     if cached is not None and cached[0] == identity:
         return cached[1], cached[2]

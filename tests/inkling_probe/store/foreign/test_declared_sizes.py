@@ -191,3 +191,23 @@ def test_npz_data_damage_found_at_read_leaves_nothing(tmp_path):
     (d / "b.npz").write_bytes(bytes(raw))
     one_line_error(run("import", d, tmp_path / "out"), "b.npz")
     assert sorted(os.listdir(tmp_path)) == ["d"]
+
+
+def test_legacy_pt_reads_and_its_storage_sizes_are_checked(tmp_path):
+    """torch's pre-1.6 format: read as it was; a storage declaring more bytes than the file holds is
+    refused before torch's loader allocates it."""
+    import re
+
+    path = tmp_path / "t.pt"
+    torch.save({"a": torch.arange(6.0).reshape(2, 3), "b": [torch.ones(2, dtype=torch.bfloat16)]}, path,
+               _use_new_zipfile_serialization=False)
+    d = inkling_probe.open(path)
+    np.testing.assert_array_equal(d.array("a"), np.arange(6.0, dtype=np.float32).reshape(2, 3))
+    np.testing.assert_array_equal(d.array("b.0"), np.ones(2, np.float32))
+    d.close()
+    # 6 floats -> 255 (1020 bytes; 1024 with b's), in a file of 510 bytes
+    lie = re.sub(rb"(cpuq.)K\x06", lambda m: m[1] + b"K\xff", path.read_bytes(), count=1)
+    assert lie != path.read_bytes()
+    path.write_bytes(lie)
+    with pytest.raises(DumpError, match="storages declare 1024 bytes in a file of"):
+        inkling_probe.open(path)

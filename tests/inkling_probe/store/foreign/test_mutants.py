@@ -336,4 +336,4 @@ def test_both_outcomes_were_checked():
         pytest.skip("run with the property tests above")
     print(dict(mutants.TALLY))
     for suffix in (".safetensors", ".npy", ".npz", ".pt", "folder"):
-        assert mutants.TALLY[suffix, "read"] >= 20 and mutants.TALLY[suffix, "refused"] >= 20, dict(mutants.TALLY)
+        assert mutants.TALLY[suffix, "read"] >= 10 and mutants.TALLY[suffix, "refused"] >= 10, dict(mutants.TALLY)
