@@ -81,6 +81,10 @@ def command(ref, cand, control, name_map, metric, threshold, k, include, steps, 
     if threshold is not None and not (math.isfinite(threshold) and threshold >= 0):
         raise BadInput(f"--threshold {threshold}: must be a finite number >= 0")
     dumps = [open_dump(p) for p in (ref, cand)] + ([open_dump(control)] if control else [])
+    for path, d in zip((ref, cand, control), dumps):
+        if d.missing_segments:  # deleted segment files: their steps read as never recorded
+            click.echo(f"note: {path}: segment files missing ({'; '.join(d.missing_segments)}); "
+                       "their steps are absent from this comparison", err=True)
     try:
         from inkling_probe.compare import modality
 

@@ -35,3 +35,11 @@ def test_a_whole_dump_has_no_gap(tmp_path):
     _four_segments(tmp_path / "d")
     assert inkling_probe.open(tmp_path / "d").missing_segments == []
     assert "missing" not in CliRunner().invoke(group, ["ls", str(tmp_path / "d")]).stdout
+
+
+def test_compare_notes_the_gap(tmp_path):
+    names = _four_segments(tmp_path / "d")
+    _four_segments(tmp_path / "ref")
+    os.remove(tmp_path / "d" / names[2])
+    r = CliRunner().invoke(group, ["compare", str(tmp_path / "ref"), str(tmp_path / "d"), "--jobs", "1"])
+    assert "note: " + str(tmp_path / "d") + ": segment files missing (rank 0: segment 2)" in r.stderr, r.stderr
