@@ -60,7 +60,7 @@ def flatten(path: str, obj, prefix: str = "") -> dict:
             where = f" at {name!r}" if name else ""
             raise DumpError(f"{path}: holds a {type(node).__name__}{where}, not a tensor; only tensors "
                             "(or dicts/lists of tensors) are read from .pt files")
-        if id(node) in seen:
+        if node and id(node) in seen:  # (empty ones hold nothing; Python shares the empty tuple)
             raise DumpError(f"{path}: one {type(node).__name__} is reached at {_short(seen[id(node)])} and at "
                             f"{_short(name)}; shared containers are refused (each path would list it again)")
         seen[id(node)] = name

@@ -211,3 +211,13 @@ def test_legacy_pt_reads_and_its_storage_sizes_are_checked(tmp_path):
     path.write_bytes(lie)
     with pytest.raises(DumpError, match="storages declare 1024 bytes in a file of"):
         inkling_probe.open(path)
+
+
+def test_empty_and_shared_tensor_entries_read(tmp_path):
+    """Refusing shared containers must not refuse what is not one: empty tuples (one object in
+    Python) and a tensor under two names (a tied weight) read as they are."""
+    t = torch.arange(3.0)
+    torch.save({"a": (), "b": (), "w": t, "tied": t, "out": (t, None)}, tmp_path / "t.pt")
+    d = inkling_probe.open(tmp_path / "t.pt")
+    assert sorted(d.keys()) == ["out.0", "tied", "w"]
+    np.testing.assert_array_equal(d.array("tied"), np.arange(3.0, dtype=np.float32))
