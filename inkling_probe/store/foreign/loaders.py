@@ -72,10 +72,10 @@ def _identity(path: str) -> tuple:
 
 def _pt_tensors(path: str) -> dict:
     """{name: tensor} and the dumper meta of a .pt file, loaded once per file in a row (while unchanged)."""
-    cached = _PT_CACHE.get(path)
-    if cached is not None and cached["identity"] == _identity(path):
-        return cached
     identity = _identity(path)
+    cached = _PT_CACHE.get(path)
+    if cached is not None and cached["identity"] == identity:
+        return cached
     obj = _torch_load(path)
     meta = {}
     if isinstance(obj, dict) and set(obj) == {"value", "meta"} and isinstance(obj["meta"], dict):
