@@ -53,6 +53,8 @@ VARIABLES = {
                           "its bytes stored once | 0: stored again (docs/FORMAT.md, References)",
     "INKLING_PROBE_COMPRESS": "none (default) | gzip (stock HDF5 deflate-1 + shuffle, tensors >= 1 MiB)",
     "INKLING_PROBE_DEBUG": "1: print tracebacks for unexpected errors in the CLI",
+    "INKLING_PROBE_FOREIGN_INFLATE": "reading foreign dumps: a file may read as at most this many bytes of "
+                                     "tensors per byte of the file (default 256; docs/INTEROP.md)",
     "INKLING_PROBE_GRAPH_MB": "static buffer budget (MiB) for recording inside CUDA graphs (default 256); "
                               "exceeding it is an error at capture (docs/GRAPHS.md)",
 }

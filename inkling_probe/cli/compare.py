@@ -83,6 +83,10 @@ def command(ref, cand, control, name_map, metric, threshold, k, include, steps, 
     if cluster and rows_kind:
         raise BadInput("--cluster does not apply to --rows: a modality's view is read in this process")
     dumps = [open_dump(p) for p in (ref, cand)] + ([open_dump(control)] if control else [])
+    for path, d in zip((ref, cand, control), dumps):
+        if d.missing_segments:  # deleted segment files: their steps read as never recorded
+            click.echo(f"note: {path}: segment files missing ({'; '.join(d.missing_segments)}); "
+                       "their steps are absent from this comparison", err=True)
     try:
         from inkling_probe.compare import modality
 

@@ -38,7 +38,7 @@ def command(dump, patterns, steps, per_rank, as_json):
     rows = index if per_rank else global_rows(index, d.world_size)
     if as_json:
         emit_json({"dump": dump, "world_size": d.world_size, "ranks": d.ranks, "compiled": compiled,
-                   "unfinished_segments": d.unfinished,
+                   "unfinished_segments": d.unfinished, "missing_segments": d.missing_segments,
                    "tensors": [{k: finite_or_none(r[k]) for k in _JSON_FIELDS if k in r} for r in rows]})
         return
     _print_table(d, rows, per_rank)
@@ -72,6 +72,9 @@ def _print_table(d, rows, per_rank: bool) -> None:
         bad = red and (r["nan"] > 0 or r["inf"] > 0)
         text.append(f"\x1b[31m{line(c)}\x1b[0m" if bad else line(c))
     click.echo("\n".join(text), color=red or None)
+    if d.missing_segments:
+        out.print(f"[yellow]segment files missing ({'; '.join(d.missing_segments)}): the steps they held "
+                  "are absent from this listing (deleted?)[/yellow]")
     if d.unfinished:
         out.print(f"[yellow]{len(d.unfinished)} unfinished segment file(s) ignored "
                   "(the recording process was killed mid-step)[/yellow]")

@@ -21,7 +21,7 @@ from collections import defaultdict
 import numpy as np
 
 from inkling_probe.errors import DumpError
-from inkling_probe.store import schema
+from inkling_probe.store import gaps, schema
 
 PAD = -1
 
@@ -54,7 +54,8 @@ def _merge(rows: list[dict]) -> list[dict]:
     for r in sorted(rows, key=lambda r: r["rank"]):
         groups[int(r["meta"].get("dp_rank", 0))].append(r)
     dp_size = int(rows[0]["meta"]["dp_size"])
-    missing = sorted(set(range(dp_size)) - set(groups))
+    holes = gaps.missing(groups, dp_size)  # found between the groups present: dp_size is untrusted
+    missing = gaps.text(holes) if holes else ""
     width = max(len(g) for g in groups.values())
     out = []
     for a in range(width):

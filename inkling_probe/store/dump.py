@@ -11,8 +11,8 @@ import numpy as np
 
 from inkling_probe.errors import DumpError, KeyNotFound, RanksMissing, ValuesNotStored
 from inkling_probe.store import consolidated, dp, raw, schema
-from inkling_probe.store.segments import (Segment, first_line, one_run, open_segment, read_segment,
-                                           read_values, safe_dataset, segment_files)
+from inkling_probe.store.segments import (Segment, first_line, missing_segments, one_run, open_segment,
+                                           read_segment, read_values, safe_dataset, segment_files)
 
 __all__ = ["Dump", "Segment", "MAX_OPEN_FILES", "PACK_CACHE_BYTES"]
 
@@ -31,6 +31,7 @@ class Dump:
     def __init__(self, path, dp_raw: bool = False):
         self.path = os.fspath(path)
         files, self.unfinished = segment_files(self.path)
+        self.missing_segments = missing_segments(files, self.unfinished)  # deleted segments: their steps are gone
         cached = consolidated.cached_segments(self.path, files) if os.path.isdir(self.path) else {}
         self.segments: list[Segment] = []
         rows = []

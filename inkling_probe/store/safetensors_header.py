@@ -4,8 +4,9 @@ the file before any caller maps or reshapes its bytes.
 Layout: 8 bytes little-endian N, N bytes of JSON ``{name: {"dtype", "shape", "data_offsets": [a, b]},
 "__metadata__": {...}}``, then the data; entry bytes lie at ``8 + N + a .. 8 + N + b``. A damaged or
 crafted file (N of 2^62, offsets past the end, an unknown dtype, a shape that doesn't match its
-bytes, a header that isn't an object) is one :class:`BadSafetensors` line naming the file and entry,
-never a MemoryError, KeyError or reshape error. The file must be a regular file (store/inputs.py).
+bytes, a header that isn't an object, a name given twice, two entries sharing bytes) is one
+:class:`BadSafetensors` line naming the file and entry, never a MemoryError, KeyError or reshape
+error, and never more tensor bytes than the file holds. The file must be a regular file (store/inputs.py).
 """
 from __future__ import annotations
 
@@ -44,14 +45,49 @@ def read_header(path) -> tuple[dict[str, dict], int]:
     except BadInputFile as e:
         raise BadSafetensors(str(e)) from None
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, object_pairs_hook=_pairs)
+    except _Twice as e:
+        raise BadSafetensors(f"{path}: {e.args[0][:80]!r} is given twice in one object of the header; "
+                             "refused: one would be dropped") from None
     except (ValueError, RecursionError) as e:
         raise BadSafetensors(f"{path}: not a safetensors file (header is not JSON: {e})") from None
     if not isinstance(doc, dict):
         raise BadSafetensors(f"{path}: not a safetensors file (header is a JSON {type(doc).__name__})")
     start = 8 + n
-    return {name: _entry(path, name, meta, size - start) for name, meta in doc.items()
-            if name != "__metadata__"}, start
+    header = {name: _entry(path, name, meta, size - start) for name, meta in doc.items() if name != "__metadata__"}
+    _check_back_to_back(path, header, size - start)
+    return header, start
+
+
+class _Twice(ValueError):
+    pass
+
+
+def _pairs(pairs: list) -> dict:
+    """A JSON object's pairs as a dict; a name given twice raises (json.loads keeps the last)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        raise _Twice(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return out
+
+
+def _check_back_to_back(path: str, header: dict, data_bytes: int) -> None:
+    """Entries hold the data back to back, each byte once, as safetensors writes them and its own
+    loader demands: overlapping entries read the same bytes again (a 1 MB file could read as 400 MB),
+    and a gap or trailing bytes are bytes no entry accounts for."""
+    end, last = 0, None
+    for (a, b), name in sorted((e["data_offsets"], name) for name, e in header.items()):
+        if a < end:
+            raise BadSafetensors(f"{path}: tensors {last[:80]!r} and {name[:80]!r} overlap at bytes [{a}, {end}]; "
+                                 "a safetensors file holds each tensor's bytes once")
+        if a > end:
+            raise BadSafetensors(f"{path}: tensor {name[:80]!r} starts at byte {a}, after a gap of {a - end} bytes "
+                                 "no entry holds; not a safetensors file's layout")
+        end, last = b, name
+    if end != data_bytes:
+        raise BadSafetensors(f"{path}: its entries hold {end} bytes of the file's {data_bytes} data bytes; "
+                             "not a safetensors file's layout")
 
 
 def _entry(path: str, name: str, meta, data_bytes: int) -> dict:

@@ -47,6 +47,25 @@ def segment_files(path: str) -> tuple[list[str], list[str]]:
     return files, unfinished
 
 
+def missing_segments(files: list[str], unfinished: list[str]) -> list[str]:
+    """Segment numbers absent between a rank's first and last (a writer numbers each rank's segments
+    0, 1, 2, ... and never skips one): ``["rank 0: segment 2"]``, one line per rank with a gap."""
+    from inkling_probe.store import gaps
+
+    numbers: dict[int, set[int]] = {}
+    for path in files + unfinished:
+        parsed = schema.parse_segment_name(os.path.basename(path))
+        if parsed:
+            numbers.setdefault(parsed[0], set()).add(parsed[1])
+    out = []
+    for rank, present in sorted(numbers.items()):
+        holes = gaps.missing(present, max(present) + 1)
+        if holes:
+            n = gaps.count(holes)
+            out.append(f"rank {rank}: {'segment' if n == 1 else f'{n} segments'} {gaps.text(holes)}")
+    return out
+
+
 def _check_regular(path: str) -> None:
     """Refuse links, FIFOs, devices...: opening a FIFO would hang, a link would lead elsewhere."""
     mode = os.lstat(path).st_mode

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import uuid
 
 import numpy as np
@@ -20,10 +21,10 @@ from inkling_probe.store.stats import float32_to_bf16_bits
 def convert(dump, dst: str, progress=None) -> dict:
     """Write ``dump`` (a ForeignDump) as a new dump at ``dst`` (absent or an empty folder).
 
+    The dump is written into a hidden folder beside ``dst`` and renamed into place once whole; on
+    any failure it is removed, so ``dst`` is never left half-written.
     Returns {"tensors": n, "ranks": [...], "keys": n}. ``progress(done, total)`` per tensor.
     """
-    from inkling_probe.store.writer import SegmentWriter
-
     rows = dump._rows
     undeclared = next((r for r in rows if r["shard"] == UNDECLARED), None)
     if undeclared is not None:
@@ -31,7 +32,23 @@ def convert(dump, dst: str, progress=None) -> dict:
                         "name map rule declares how its shards combine; add a rule with shard = concat/"
                         "partial/replicated (or drop the key) before importing")
     _check_destination(dst)
-    os.makedirs(dst, exist_ok=True)
+    parent, name = os.path.split(os.path.abspath(dst))
+    tmp = os.path.join(parent, f".{name}.importing-{uuid.uuid4().hex[:8]}")
+    os.makedirs(tmp)
+    try:
+        done = _write(dump, tmp, progress)
+        _check_destination(dst)
+        os.rename(tmp, dst)  # over an empty folder, or a new name
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return done
+
+
+def _write(dump, dst: str, progress) -> dict:
+    from inkling_probe.store.writer import SegmentWriter
+
+    rows = dump._rows
     run_id = uuid.uuid4().hex[:12]
     meta = json.dumps({"imported_from": os.path.abspath(dump.path), **dump.segments[0].run}, sort_keys=True)
     done = 0

@@ -15,7 +15,7 @@ import numpy as np
 
 from inkling_probe.errors import DumpError
 from inkling_probe.keys import key_problem
-from inkling_probe.store import schema
+from inkling_probe.store import gaps, schema
 from inkling_probe.store.foreign import layout as lay
 from inkling_probe.store.foreign.loaders import describe, load
 from inkling_probe.store.foreign.names import Source, list_sources
@@ -33,6 +33,7 @@ class ForeignDump(Dump):
                  token_dim=None):
         self.path = os.fspath(path)
         self.unfinished: list[str] = []
+        self.missing_segments: list[str] = []
         self.layout = lay.Layout(name_map, params, token_dim)
         sources = list_sources(self.path, pattern)
         _one_run(self.path, sources)
@@ -121,8 +122,8 @@ class ForeignDump(Dump):
         return super()._combine(key, rows)
 
     def close(self) -> None:
-        from inkling_probe.store.foreign.loaders import _PT_CACHE
-        _PT_CACHE.clear()
+        from inkling_probe.store.foreign.loaders import forget
+        forget()
 
     def __repr__(self):
         return (f"ForeignDump({self.path!r}, {self.kind}: {len(self._by_key)} keys, {len(self._rows)} tensors, "
@@ -178,11 +179,20 @@ def _one_run(path: str, sources: list[Source]) -> None:
 
 
 def _world(path: str, rows: list[dict], ranks: list[int]) -> int:
+    """The world size: the dumper's declared one, else the ranks present; every rank below it must
+    be present (the gaps are found between the ranks present, never by listing the world)."""
     declared = {int(r["meta"]["dumper"]["world_size"]) for r in rows
                 if isinstance(r["meta"].get("dumper", {}).get("world_size"), int)}
+    if len(declared) > 1:
+        raise DumpError(f"{path}: its files declare world sizes {sorted(declared)[:4]}; one run has one")
+    if declared and ranks[-1] >= min(declared):
+        raise DumpError(f"{path}: rank {ranks[-1]} is outside the world size {min(declared)} its files declare")
     world = max(declared | {ranks[-1] + 1})
-    missing = sorted(set(range(world)) - set(ranks))
-    if missing:
-        raise DumpError(f"{path}: ranks {ranks} of a world of {world}: rank {missing[0]} is missing "
-                        f"({len(missing)} missing); a dump needs every rank's files")
+    holes = gaps.missing(ranks, world)
+    if holes:
+        n = gaps.count(holes)
+        shown = gaps.text([(r, r) for r in ranks], shown=4)
+        raise DumpError(f"{path}: a world of {world} with {'rank' if len(ranks) == 1 else 'ranks'} {shown} present: "
+                        f"{'rank' if n == 1 else 'ranks'} {gaps.text(holes)} {'is' if n == 1 else 'are'} missing "
+                        f"({n} missing); a dump needs every rank's files")
     return world

@@ -2,20 +2,26 @@
 bf16 as its exact float32, 8-bit floats as their exact float16, packed fp4 as its bytes.
 
 Each loader lists a file's tensors (:func:`describe`: name inside the file, shape, dtype, meta)
-cheaply where the format allows (headers only), and loads one (:func:`load`). ``.pt`` files are
-read with ``torch.load(weights_only=True)`` only (nothing in a pickle is executed; anything that is
-not a tensor, a dict/list of tensors (None items, as in a linear's ``(out, None)``, are skipped), or
-SGLang's dumper payload ``{"value": tensor, "meta": {...}}`` is refused); torch is imported there and nowhere else on the read side. ``.npy``/``.npz`` are
-read with ``allow_pickle=False``; safetensors files are parsed here (header, offsets checked).
+from what the file declares, checked against the file before any tensor is built over its bytes,
+and loads one (:func:`load`). ``.pt`` files go through torch's weights-only unpickler
+(torch_files.py: nothing in a pickle is executed; anything that is not a tensor, a dict/list of
+tensors (None items, as in a linear's ``(out, None)``, are skipped), or SGLang's dumper payload
+``{"value": tensor, "meta": {...}}`` is refused); torch is imported there and nowhere else on the
+read side. ``.npy``/``.npz`` headers are read without their data (numpy_files.py, never a
+pickle); a safetensors header is parsed once per file (store/safetensors_header.py, every entry
+checked) and each tensor read at its offset.
 """
 from __future__ import annotations
 
 import json
+import os
+import struct
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from inkling_probe.errors import DumpError
+from inkling_probe.errors import DumpError, ProbeError
+from inkling_probe.store.foreign import numpy_files
 from inkling_probe.store.stats import bf16_bits_to_float32
 
 
@@ -33,7 +39,7 @@ def describe(path: str, fmt: str) -> list[Item]:
     """The tensors ``path`` holds (a DumpError naming the file when it can't be read as ``fmt``)."""
     try:
         return _DESCRIBE[fmt](path)
-    except DumpError:
+    except ProbeError:  # DumpError, BadSafetensors, SettingsError: one line already
         raise
     except Exception as e:  # noqa: BLE001 - damaged files raise anything: one line naming the file
         raise DumpError(f"{path}: can't be read as {fmt} ({_first_line(e)[:120]})") from None
@@ -43,7 +49,7 @@ def load(path: str, fmt: str, name: str) -> np.ndarray:
     """One tensor of ``path`` as numpy (reader conventions)."""
     try:
         return _LOAD[fmt](path, name)
-    except DumpError:
+    except ProbeError:  # DumpError, BadSafetensors, SettingsError: one line already
         raise
     except Exception as e:  # noqa: BLE001
         raise DumpError(f"{path}: can't read tensor {name or '(the file)'!r} ({_first_line(e)[:120]})") from None
@@ -58,39 +64,49 @@ def _first_line(e: BaseException) -> str:
 _PT_CACHE: dict[str, dict] = {}  # one file's tensors, the last one loaded (a key is read rank by rank)
 
 
+def _identity(path: str) -> tuple:
+    """What a cached reading of ``path`` must still match: the same file, size and modification time."""
+    st = os.stat(path)
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def _pt_tensors(path: str) -> dict:
-    """{name: tensor} and the dumper meta of a .pt file, loaded once per file in a row."""
+    """{name: tensor} and the dumper meta of a .pt file, loaded once per file in a row (while unchanged)."""
+    identity = _identity(path)
     cached = _PT_CACHE.get(path)
-    if cached is not None:
+    if cached is not None and cached["identity"] == identity:
         return cached
     obj = _torch_load(path)
     meta = {}
     if isinstance(obj, dict) and set(obj) == {"value", "meta"} and isinstance(obj["meta"], dict):
         meta = _plain_meta(path, obj["meta"])  # SGLang's dumper: {"value": tensor, "meta": {...}}
         obj = obj["value"]
-    tensors = dict(_flatten(path, obj, ""))
+    from inkling_probe.store.foreign.torch_files import flatten
+
+    tensors = flatten(path, obj)
     _PT_CACHE.clear()
-    _PT_CACHE[path] = {"tensors": tensors, "meta": meta}
+    _PT_CACHE[path] = {"tensors": tensors, "meta": meta, "identity": identity}
     return _PT_CACHE[path]
 
 
 def _torch_load(path: str):
-    """``torch.load(weights_only=True)``, memory-mapped where the file allows; every failure one line."""
+    """The file's object tree (torch_files.py: declared sizes checked first); every failure one line."""
     import pickle
+    import zipfile
 
-    import torch
+    from inkling_probe.store.foreign.torch_files import load_tree
 
     try:
-        try:
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        except RuntimeError as e:
-            if "mmap" not in str(e):
-                raise
-            return torch.load(path, map_location="cpu", weights_only=True)  # legacy format: not mappable
+        return load_tree(path)
     except pickle.UnpicklingError as e:
         raise DumpError(f"{path}: refused: torch.load(weights_only=True) will not unpickle it "
                         f"({_why_refused(e)}); only tensors are read from .pt files") from None
-    except (EOFError, OSError, ValueError, RuntimeError) as e:
+    except RuntimeError as e:
+        if "resize" in str(e) or "out of bounds" in str(e):
+            raise DumpError(f"{path}: a tensor reaches past the end of its storage; the file lies about "
+                            "its sizes") from None
+        raise DumpError(f"{path}: truncated or not a readable torch file ({_first_line(e)[:100]})") from None
+    except (EOFError, OSError, ValueError, zipfile.BadZipFile, struct.error) as e:
         raise DumpError(f"{path}: truncated or not a readable torch file ({_first_line(e)[:100]})") from None
 
 
@@ -102,30 +118,11 @@ def _why_refused(e: BaseException) -> str:
     return _first_line(e)[:120]
 
 
-def _flatten(path: str, obj, prefix: str):
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        yield prefix, obj
-    elif obj is None and prefix:  # an absent item of a module's output tuple, e.g. (out, bias=None)
-        return
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from _flatten(path, v, f"{prefix}.{k}" if prefix else str(k))
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            yield from _flatten(path, v, f"{prefix}.{i}" if prefix else str(i))
-    else:
-        where = f" at {prefix!r}" if prefix else ""
-        raise DumpError(f"{path}: holds a {type(obj).__name__}{where}, not a tensor; only tensors "
-                        "(or dicts/lists of tensors) are read from .pt files")
-
-
 def _plain_meta(path: str, meta: dict) -> dict:
     """The dumper's meta, kept where it is plain JSON data (numbers, strings, lists, dicts)."""
     try:
         return json.loads(json.dumps(meta, default=str))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return {}
 
 
@@ -148,40 +145,21 @@ def _load_pt(path: str, name: str) -> np.ndarray:
     return np.array(array).reshape(tuple(t.shape))  # a copy: the mapped file may go
 
 
-# -- .npy / .npz ----------------------------------------------------------------------------
-def _np_dtype_name(path: str, dtype: np.dtype) -> str:
-    if dtype.kind not in "biuf" or dtype.byteorder == ">":
-        raise DumpError(f"{path}: dtype {dtype} is not a tensor dtype the store reads")
-    return "bool" if dtype.kind == "b" else dtype.name
-
-
+# -- .npy / .npz (numpy_files.py) -----------------------------------------------------------
 def _describe_npy(path: str) -> list[Item]:
-    with open(path, "rb") as fh:  # the header alone
-        version = np.lib.format.read_magic(fh)
-        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, _, dtype = read(fh)
-    if dtype.hasobject:
-        raise DumpError(f"{path}: holds Python objects (a pickle); refused: only numeric arrays are read")
-    return [Item("", tuple(shape), _np_dtype_name(path, dtype))]
-
-
-def _load_npy(path: str, name: str) -> np.ndarray:
-    return np.array(np.load(path, allow_pickle=False))
+    return [Item(*entry) for entry in numpy_files.describe_npy(path)]
 
 
 def _describe_npz(path: str) -> list[Item]:
-    with np.load(path, allow_pickle=False) as z:
-        try:
-            return [Item(n, tuple(z[n].shape), _np_dtype_name(path, z[n].dtype)) for n in z.files]
-        except ValueError as e:
-            if "allow_pickle" not in str(e):
-                raise
-            raise DumpError(f"{path}: holds Python objects (a pickle); refused: only numeric arrays are read") from None
+    return [Item(*entry) for entry in numpy_files.describe_npz(path)]
+
+
+def _load_npy(path: str, name: str) -> np.ndarray:
+    return numpy_files.load_npy(path)
 
 
 def _load_npz(path: str, name: str) -> np.ndarray:
-    with np.load(path, allow_pickle=False) as z:
-        return np.array(z[name])
+    return numpy_files.load_npz(path, name)
 
 
 # -- .safetensors -----------------------------------------------------------------------------
@@ -192,16 +170,24 @@ _NP = {"float64": np.float64, "float32": np.float32, "float16": np.float16, "bfl
        "int64": np.int64, "int32": np.int32, "int16": np.int16, "int8": np.int8, "uint8": np.uint8,
        "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64, "bool": np.bool_,
        "float8_e4m3fn": np.uint8, "float8_e5m2": np.uint8}
+_ST_CACHE: dict[str, tuple] = {}  # the last safetensors file's header, by path, while the file is unchanged
 
 
 def _st_header(path: str) -> tuple[dict, int]:
-    """Every entry checked against the file (store/safetensors_header.py), in a dtype read here."""
+    """Every entry checked against the file (store/safetensors_header.py), in a dtype read here;
+    parsed once per file (reading many tensors of one file is linear in their number)."""
     from inkling_probe.store.safetensors_header import read_header
 
+    identity = _identity(path)
+    cached = _ST_CACHE.get(path)
+    if cached is not None and cached[0] == identity:
+        return cached[1], cached[2]
     header, base = read_header(path)
     for name, info in header.items():
         if info["dtype"] not in _ST_DTYPES:
             raise DumpError(f"{path}: tensor {name!r}: unknown safetensors dtype {info['dtype']!r}")
+    _ST_CACHE.clear()
+    _ST_CACHE[path] = (identity, header, base)
     return header, base
 
 
@@ -217,7 +203,10 @@ def _load_safetensors(path: str, name: str) -> np.ndarray:
     start, stop = info["data_offsets"]
     with open(path, "rb") as fh:
         fh.seek(base + start)
-        raw = np.frombuffer(fh.read(stop - start), dtype=_NP[dtype]).reshape(info["shape"])
+        data = fh.read(stop - start)
+    if len(data) != stop - start:
+        raise DumpError(f"{path}: tensor {name!r}: the file ends inside its data (file changed?)")
+    raw = np.frombuffer(data, dtype=_NP[dtype]).reshape(info["shape"])
     if dtype == "bfloat16":
         return bf16_bits_to_float32(raw)
     if dtype.startswith("float8"):
@@ -226,6 +215,15 @@ def _load_safetensors(path: str, name: str) -> np.ndarray:
         from inkling_probe.store.dtypes import encode
         return encode(torch.from_numpy(raw.copy()).view(getattr(torch, dtype)))[0]
     return raw.copy()
+
+
+def forget(path: str | None = None) -> None:
+    """Drop what is cached of ``path`` (every file: None): mapped .pt tensors, a safetensors header."""
+    for cache in (_PT_CACHE, _ST_CACHE):
+        if path is None:
+            cache.clear()
+        else:
+            cache.pop(path, None)
 
 
 _DESCRIBE = {"pt": _describe_pt, "npy": _describe_npy, "npz": _describe_npz, "safetensors": _describe_safetensors}

@@ -63,6 +63,7 @@ def list_sources(root: str, pattern: str | None = None) -> list[Source]:
     if os.path.islink(root):
         raise DumpError(f"{root}: a symbolic link; give the folder or file it points to")
     if os.path.isfile(root):
+        _check_name(root)
         fmt = _fmt(root)
         return [Source(root, fmt, "", 0, 0, "", (0,))]
     files = _walk(root)
@@ -90,6 +91,7 @@ def _walk(root: str) -> list[str]:
             if name.startswith(".") or (not rel and name == SETTINGS_FILE):
                 continue
             sub = os.path.join(rel, name) if rel else name
+            _check_name(os.path.join(root, sub))
             mode = os.lstat(os.path.join(root, sub)).st_mode
             if stat.S_ISDIR(mode):
                 if depth + 1 >= MAX_DEPTH:
@@ -103,6 +105,15 @@ def _walk(root: str) -> list[str]:
             if len(out) > MAX_FILES:
                 raise DumpError(f"{root}: more than {MAX_FILES} files; not read")
     return sorted(out)
+
+
+def _check_name(path: str) -> None:
+    """A file name that is not UTF-8 (its bytes kept as surrogates) can't become a key; refused by name."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+        raise DumpError(f"{shown}: a file name that is not UTF-8; rename it to read the dump") from None
 
 
 def _fmt(path: str) -> str:
@@ -193,13 +204,17 @@ def hook_name(name: str) -> str:
 
 
 def _int(path: str, tags: dict, name: str) -> int:
+    """A step or rank tag: a number >= 0 (a rank of -1 or a step of -3 is no rank or step)."""
     v = tags.get(name)
     if v is None or v == "None":  # the old dumper writes forward_pass_id=None outside a forward
         return 0
     try:
-        return int(v)
+        n = int(v)
     except ValueError:
         raise DumpError(f"{path}: tag {name}={v!r} is not an integer") from None
+    if n < 0:
+        raise DumpError(f"{path}: tag {name}={v}: a {name.replace('_', ' ')} is a number >= 0")
+    return n
 
 
 def _by_pattern(path: str, rel: str, fmt: str, regex: re.Pattern) -> Source:
@@ -211,7 +226,7 @@ def _by_pattern(path: str, rel: str, fmt: str, regex: re.Pattern) -> Source:
     nums = {}
     for g in ("step", "rank", "call"):
         v = groups.get(g)
-        if v is not None and not v.isdigit():
+        if v is not None and not (v.isdecimal() and v.isascii()):
             raise DumpError(f"{path}: pattern group {g!r} matched {v!r}, not a number")
         nums[g] = int(v) if v is not None else None
     return Source(path, fmt, key, nums["step"] or 0, nums["rank"] or 0, "", (rel,), nums["call"], "pattern")

@@ -6,24 +6,10 @@ import pickle
 import numpy as np
 import pytest
 import torch
-from click.testing import CliRunner
 
-from inkling_probe.cli import group
 from inkling_probe.store.foreign.sglang_format import SGLangDumpWriter
 
-
-def run(*args):
-    return CliRunner().invoke(group, [str(a) for a in args])
-
-
-def one_line_error(result, *names):
-    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    for name in names:
-        assert name in lines[0], (name, lines[0])
-    return lines[0]
+from .cli_errors import one_line_error, run
 
 
 class _Payload:
