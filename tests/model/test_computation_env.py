@@ -1,7 +1,8 @@
 """inkling_model's registry of computation variables names the variables its modules really read, and
 reaches the toolkit through the entry-point group (a report's repro carries each one)."""
 from inkling_model import allreduce
-from inkling_model.plugins import computation_env, faults, forced_routing, precision
+from inkling_model.plugins import computation_env
+from inkling_model.switches import faults, forced_routing, precision
 from inkling_model.runtime import runtime
 from inkling_probe.bundle import registry
 
