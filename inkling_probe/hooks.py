@@ -14,6 +14,7 @@ import weakref
 import torch
 
 from inkling_probe import sink
+from inkling_probe.tracing import steppers
 from inkling_probe.settings import glob_patterns, matches_any
 
 
@@ -135,20 +136,15 @@ class _Capture:
         return hook
 
 
-_STEPPERS: dict = {}  # handle -> the _StepEachForward of a record() block (its op's run-time half)
-_HANDLES = itertools.count()
-
-
 class _StepEachForward:
     """Root pre-hook of ``record(steps="auto")``: a forward of the root that finds the step it ran in
     last time still current starts the next one (no caller stepped in between). Inside a compiled
-    forward it is one ``inkling_probe::forward_step`` node (compiled/op.py) that decides when it runs,
+    forward it is one ``inkling_probe::forward_step`` node (tracing/op.py) that decides when it runs,
     so nothing of the recorder's state is read at trace time (no guard, no recompile per step)."""
 
     def __init__(self) -> None:
         self.last: int | None = None  # the recorder's step id at the root's last forward
-        self.handle = next(_HANDLES)
-        _STEPPERS[self.handle] = self
+        self.handle = steppers.register(self)
 
     def __call__(self, module, args) -> None:
         if sink.enabled() and torch.compiler.is_compiling():
@@ -166,14 +162,7 @@ class _StepEachForward:
         self.last = rec.step_id
 
     def close(self) -> None:
-        _STEPPERS.pop(self.handle, None)
-
-
-def run_stepper(handle: int) -> None:
-    """``inkling_probe::forward_step``'s run-time half (compiled/op.py)."""
-    stepper = _STEPPERS.get(handle)
-    if stepper is not None:
-        stepper.forward()
+        steppers.forget(self.handle)
 
 
 @contextlib.contextmanager
@@ -200,7 +189,8 @@ def record(module: torch.nn.Module, path=None, include=None, inputs: bool = True
     hooks are guarded from the first call on, so a graph compiled before the block is compiled again
     with them, once, and the hookless graph again after.
     """
-    from inkling_probe.compiled.freshen import guard_hooks
+    from inkling_probe.tracing import op  # noqa: F401  (the probe ops, bound into the sink)
+    from inkling_probe.tracing.freshen import guard_hooks
     from inkling_probe.store.namemap import NameMap
 
     if batch_row is not None and (isinstance(batch_row, bool) or not isinstance(batch_row, int) or batch_row < 0):
@@ -208,7 +198,7 @@ def record(module: torch.nn.Module, path=None, include=None, inputs: bool = True
     if steps not in ("auto", "manual"):
         raise ValueError(f"record(steps={steps!r}): expected 'auto' or 'manual'")
     capture = _Capture(include, NameMap.load(name_map) if name_map is not None else None, token_dim, batch_row)
-    guard_hooks()  # a model compiled before now must see the hooks (compiled/freshen.py)
+    guard_hooks()  # a model compiled before now must see the hooks (tracing/freshen.py)
     handles = []
     with contextlib.ExitStack() as stack:
         if path is not None:

@@ -28,11 +28,11 @@ def _never() -> bool:
     return False
 
 
-# Under torch.compile a probe becomes one node of the registered op (inkling_probe/compiled/op.py):
-# both are bound when a recording starts (torch is loaded by then), so this module never imports torch.
+# Under torch.compile a probe becomes one node of the registered op (inkling_probe/tracing/op.py), which
+# binds itself here when imported (bind_tracing): this module never imports torch or that package.
 _COMPILING = _never  # torch.compiler.is_compiling
-_TRACED = None  # inkling_probe.compiled.op.traced_probe
-_TRACED_STEP = None  # inkling_probe.compiled.op.traced_step
+_TRACED = None  # inkling_probe.tracing.op.traced_probe
+_TRACED_STEP = None  # inkling_probe.tracing.op.traced_step
 
 
 def probe(name, tensor, *, shard="replicated", dim=None, token_dim=0, **meta):
@@ -94,18 +94,14 @@ def start(settings, early_writer: bool = True) -> None:
     global _RECORDER
     stop()
     _install_excepthook()
-    _bind_tracing()
     _RECORDER = Recorder(settings, early_writer=early_writer)
 
 
-def _bind_tracing() -> None:
-    """Bind the compiled path (``torch.compiler.is_compiling`` and the registered op) once torch is in."""
+def bind_tracing(compiling, traced_probe, traced_step) -> None:
+    """The compiled path (inkling_probe/tracing/op.py binds it on import): ``compiling()`` says whether
+    dynamo is tracing; then a probe is ``traced_probe(...)`` and a step ``traced_step(layout)``."""
     global _COMPILING, _TRACED, _TRACED_STEP
-    if _TRACED is None:
-        import torch
-
-        from inkling_probe.compiled.op import traced_probe, traced_step
-        _COMPILING, _TRACED, _TRACED_STEP = torch.compiler.is_compiling, traced_probe, traced_step
+    _COMPILING, _TRACED, _TRACED_STEP = compiling, traced_probe, traced_step
 
 
 def stop(interrupted: bool = False) -> None:
@@ -180,7 +176,6 @@ def recording(path, **overrides):
 def redirected(recorder):
     """Send probe calls to ``recorder`` inside the block (in-graph recording: inkling_probe/graphs)."""
     global _RECORDER
-    _bind_tracing()
     previous, _RECORDER = _RECORDER, recorder
     try:
         yield recorder

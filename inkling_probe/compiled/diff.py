@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inkling_probe.compiled import facts as _facts
-from inkling_probe.compiled.keys import TRACED
+from inkling_probe.tracing.keys import TRACED
 from inkling_probe.errors import ProbeError
 
 

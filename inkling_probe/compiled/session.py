@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 
 from inkling_probe.compiled import facts as _facts
+from inkling_probe.tracing import op as _op  # noqa: F401  (binds the probe ops into the sink)
 from inkling_probe.compiled.observer import effect
 from inkling_probe.compiled.watch import watch
 

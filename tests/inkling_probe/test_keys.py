@@ -51,4 +51,5 @@ def test_a_foreign_name_that_no_command_can_print_is_one_line_exit_2(tmp_path):
     for cmd in (["ls", str(d)], ["show", str(d), "ok"]):
         res = CliRunner().invoke(group, cmd)
         assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
-        assert "'a\\udcffb'" in res.output and "lone surrogate U+DCFF" in res.output, res.output
+        assert ("'a\\udcffb'" in res.output and "lone surrogate U+DCFF" in res.output) or \
+            ("a\\xffb.npy" in res.output and "not UTF-8" in res.output), res.output  # the file name, refused first

@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 from torch._higher_order_ops.effects import EffectType
 
-from inkling_probe.compiled import keys
+from inkling_probe import sink
+from inkling_probe.tracing import keys, steppers
 
 
 @torch.library.custom_op("inkling_probe::emit", mutates_args=())
@@ -48,9 +49,7 @@ step.register_effect(EffectType.ORDERED)
 def forward_step(handle: int) -> None:
     """``record(model, steps="auto")``'s root pre-hook inside a compiled forward: its decision (step
     unless the caller stepped since the last forward) made when the node runs (hooks.py)."""
-    from inkling_probe.hooks import run_stepper
-
-    run_stepper(handle)
+    steppers.run(handle)
 
 
 @forward_step.register_fake
@@ -87,3 +86,6 @@ def traced_probe(name, tensor, shard, dim, token_dim, meta: dict) -> None:
     kid = keys.key_id(name, shard, dim, token_dim, tuple(meta.items()), keys.selection())
     if kid >= 0:
         torch.ops.inkling_probe.emit(tensor, kid)
+
+
+sink.bind_tracing(torch.compiler.is_compiling, traced_probe, traced_step)  # the sink never imports this
