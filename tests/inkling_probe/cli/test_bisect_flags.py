@@ -111,7 +111,8 @@ def test_no_shell_unless_asked(tmp_path):
 
 
 def test_model_toggles_are_listed():
-    r = _invoke(["bisect", "flags", "--model", "inkling_model", "--list"])
+    r = CliRunner().invoke(group, ["bisect", "flags", "--model", "inkling_model", "--list"],
+                           env={"COLUMNS": "240"})  # the table unwrapped, whatever the terminal (xdist: 80)
     assert r.exit_code == 0
     for name in ("cuda_graph", "INKLING_CUDA_GRAPH", "allreduce", "INKLING_ALLREDUCE", "nvfp4_experts",
                  "fault_raw_input_amax", "INKLING_FAULT_RAW_INPUT_AMAX"):

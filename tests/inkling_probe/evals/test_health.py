@@ -97,6 +97,6 @@ def test_cli_capped_exit_codes(tmp_path):
     assert res.exit_code == 0, res.output
     assert "3 responses (length 3); 0 unhealthy; 3 capped (token cap reached, end id never emitted: healthy)" \
         in " ".join(res.output.split())  # rich wraps the line at 160 columns
-    res = CliRunner().invoke(command, [log, "--fail-capped"])
+    res = CliRunner().invoke(command, [log, "--fail-capped"], env={"COLUMNS": "200"})  # a table row unwrapped
     assert res.exit_code == 1 and "3 unhealthy; 3 capped" in res.output, res.output
     assert "capped: reached the token cap (4) without emitting an end id" in res.output
