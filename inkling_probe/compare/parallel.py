@@ -185,24 +185,45 @@ class ReadAhead:
     def _submit(self, job: Job, n: int) -> None:
         try:
             self.pending[job.key] = (n, self.pool.submit(_run, job))
-        except BrokenProcessPool:
-            self._restart()
-            if self.pool is not None and job.key not in self.pending:
+            return
+        except Exception:  # a death seen at submit (BrokenProcessPool; OSError, EOFError or a refused
+            self._restart()  # connection: the executor's queue or forkserver gone under it; measured under xdist load)
+        if self.pool is not None and job.key not in self.pending:
+            try:
                 self.pending[job.key] = (n, self.pool.submit(_run, job))
+            except Exception:  # the fresh pool cannot take work either: this process measures the rest
+                self._give_up()
 
     def _restart(self) -> None:
         """The pool broke: keep what finished, give each lost job one more try in a fresh pool
         (while :data:`MAX_POOLS` allows), else leave it to this process."""
         self.deaths += 1
         _abandon(self.pool)
-        self.pool = self._new_pool() if self.deaths < MAX_POOLS else None
+        try:
+            self.pool = self._new_pool() if self.deaths < MAX_POOLS else None
+        except Exception:  # no fresh pool can start (its forkserver gone): this process measures the rest
+            self.pool = None
         for key, (n, fut) in list(self.pending.items()):
             if fut.done() and not fut.cancelled() and fut.exception() is None:
                 continue  # finished before the death
             if self.pool is not None and key not in self.retried:
                 self.retried[key] = "worker"
-                self.pending[key] = (n, self.pool.submit(_run, self.by_key[key]))
+                try:
+                    self.pending[key] = (n, self.pool.submit(_run, self.by_key[key]))
+                except Exception:  # the fresh pool could not take it (broke, or never started): measured here
+                    self.retried[key] = "here"
+                    self.pending.pop(key)
             else:
+                self.retried[key] = "here"
+                self.pending.pop(key)
+
+    def _give_up(self) -> None:
+        """No pool can take work: every unfinished job is measured in this process (as with one job)."""
+        if self.pool is not None:
+            _abandon(self.pool)
+        self.pool = None
+        for key, (n, fut) in list(self.pending.items()):
+            if not (fut.done() and not fut.cancelled() and fut.exception() is None):
                 self.retried[key] = "here"
                 self.pending.pop(key)
 
