@@ -10,13 +10,13 @@ from inkling_probe.sink import enabled, probe, recording, step
 
 
 def record(module, path=None, include=None, inputs=True, name_map=None, token_dim="auto", batch_row=None,
-           **settings):
+           steps="auto", **settings):
     """Record every matching submodule of ``module`` (any ``torch.nn.Module``) with forward hooks while
     the block runs: :func:`inkling_probe.hooks.record`, which documents each argument (torch is
     imported on the call, so ``import inkling_probe`` stays light)."""
     from inkling_probe.hooks import record as hooks_record
 
-    return hooks_record(module, path, include, inputs, name_map, token_dim, batch_row, **settings)
+    return hooks_record(module, path, include, inputs, name_map, token_dim, batch_row, steps, **settings)
 
 
 __all__ = ["probe", "step", "enabled", "recording", "record", "open", "compare_dumps", "compare", "NameMap"]
