@@ -11,7 +11,7 @@ NOTEBOOKS = sorted((pathlib.Path(__file__).parents[2] / "notebooks").glob("*.ipy
 
 def test_the_walkthroughs_exist():
     assert [p.stem for p in NOTEBOOKS] == ["01_quickstart", "02_nvfp4_input_scale", "03_cuda_graph", "04_bisect",
-                                           "05_multimodal"]
+                                           "05_multimodal", "06_compiled"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
