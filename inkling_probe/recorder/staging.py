@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import functools
 import math
-import queue
 import threading
-from collections import OrderedDict, deque
+from collections import OrderedDict
 
-from inkling_probe.errors import DumpError
-from inkling_probe.store.batch import once as _once
+from inkling_probe.recorder.cudart import (_DEVICE_TO_DEVICE, _check_cuda, _clear_cuda_error, _current_device,
+                                           _current_stream, _device_memcpy, _on_stream,
+                                           _stream_key)
+from inkling_probe.recorder.drain import Drain  # noqa: F401 - re-exported (its home before the split)
 
-_STOP = object()
 _UNSET = object()  # an argument not given (None is a CPU tensor's stream key)
 
 
@@ -246,17 +246,6 @@ def _host_unregister(address: int) -> None:
         _clear_cuda_error()
 
 
-def _clear_cuda_error() -> None:
-    """Reset the CUDA runtime's last error after a refused (un)registration, so torch's next kernel
-    launch check does not report it as its own: cudaGetLastError of the loaded libcudart."""
-    import ctypes
-
-    try:
-        for path in _loaded_cudart():
-            ctypes.CDLL(path).cudaGetLastError()
-    except OSError:
-        pass
-
 
 class StepBatch:
     """Consecutive probes of one dtype (float32 or bf16) in one device buffer of ``capacity`` values.
@@ -357,56 +346,6 @@ class StepBatch:
         return rows, host, token, spans, stats
 
 
-_DEVICE_TO_DEVICE = 3  # cudaMemcpyDeviceToDevice
-
-
-@functools.cache
-def _device_memcpy():
-    """cudaMemcpyAsync of the CUDA runtime this process loaded (torch's), through ctypes; None where
-    none is loaded as a shared library (a static build): batches then copy with ``copy_``. A probe's
-    copy this way skips torch's dispatch and TensorIterator set-up, about half of what appending a
-    tensor cost the launch-bound recording thread (scripts/profile_record_cuda.py)."""
-    import ctypes
-
-    for path in _loaded_cudart():
-        try:
-            memcpy = ctypes.CDLL(path).cudaMemcpyAsync
-        except (OSError, AttributeError):
-            continue
-        memcpy.restype = ctypes.c_int
-        memcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
-        return memcpy
-    return None
-
-
-def _loaded_cudart() -> list:
-    """Paths of the CUDA runtime libraries mapped into this process."""
-    try:
-        with open("/proc/self/maps") as maps:
-            return sorted({line.split()[-1] for line in maps if "libcudart" in line.rsplit("/", 1)[-1]})
-    except OSError:
-        return []
-
-
-def _check_cuda(error: int) -> None:
-    if error:
-        _clear_cuda_error()
-        raise RuntimeError(f"cudaMemcpyAsync into the recording's batch failed (CUDA error {error})")
-
-
-def _current_device() -> int:
-    return _device_getter()()
-
-
-@functools.cache
-def _device_getter():
-    """The current CUDA device's index, without ``torch.cuda.current_device``'s lazy-init check (a
-    probe asks once; its tensor is on a device, so CUDA is initialised)."""
-    import torch
-
-    return getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
-
-
 @functools.cache
 def _batched() -> tuple:
     """The dtypes batches take: float32 and bfloat16 (torch is imported lazily)."""
@@ -464,224 +403,3 @@ def row_stats(x):
     torch.linalg.vector_norm(wide, 2, dim=1, out=out[1])
     torch.aminmax(wide, dim=1, out=(out[2], out[3]))  # the float64 copy's extremes are x's, exactly
     return out
-
-
-def _current_stream(t):
-    import torch
-
-    return torch.cuda.current_stream(t.device) if t.is_cuda else None
-
-
-def _stream_key(t):
-    """What identifies ``t``'s device and current stream, cheaply (a probe asks for it each call)."""
-    if not t.is_cuda:
-        return None
-    index = t.get_device()
-    return index, _raw_stream()(index)
-
-
-@functools.cache
-def _raw_stream():
-    """device index -> its current stream's handle: torch's raw getter where it has one."""
-    import torch
-
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    return raw or (lambda index: torch.cuda.current_stream(index).cuda_stream)
-
-
-def _on_stream(stream):
-    import contextlib
-
-    import torch
-
-    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
-
-
-class Drain:
-    """Hands staged tensors to the writer; its first failure is kept for the caller.
-
-    With a :class:`StepBatch`, float32 and bf16 tensors are gathered into batches, one open batch a
-    dtype (a float32 router probe between bf16 activations does not cut the bf16 batch short); the
-    writer gets tensors out of probe order (the reader orders them by their ``seq``), and every
-    tensor of a step before ``flush()`` returns.
-
-    ``threaded``: a thread waits for each copy and hands it over (the inline writer, whose hand-over
-    writes). Otherwise (the process writer, whose hand-over is a short message) the recording thread
-    hands over, at each probe, what has finished copying (a non-blocking event query), and the rest
-    at ``flush()``: no second Python thread contends for the GIL with the model's launching thread,
-    and the launching thread is never switched out for it (each switch costs it more than the
-    hand-over: scripts/profile_record_cuda.py). Waits for ring space or pinned memory hand over
-    everything queued first (``stager.relieve``), since nothing else would.
-    """
-
-    def __init__(self, stager, write, batch: StepBatch | None = None, write_batch=None, free_slot=None,
-                 threaded: bool = True):
-        self.stager = stager
-        self._free_slot = free_slot  # free_slot(view): a ring slot that was never queued (interrupted)
-        self.batch = batch  # decides what is batched; open batches are its siblings
-        self._open: dict = {}  # dtype -> the open StepBatch of that dtype
-        # write(row, host_tensor, done, stats): encode, hand to the writer; done() once it has it
-        self._write = write
-        # write_batch(rows, host_buffer, spans, row_stats, done): a sealed batch, likewise (with
-        # batch only; row_stats: numpy [4, m] of row_stats, or None); it calls done() once, also
-        # when it fails
-        self._write_batch = write_batch
-        self.error: BaseException | None = None
-        if threaded:
-            self._queue: queue.Queue = queue.Queue()
-            self._thread = threading.Thread(target=self._run, name="inkling-probe-drain", daemon=True)
-            self._thread.start()
-        else:
-            self._items: deque = deque()
-            self._thread = None
-            self._pumping = False
-            stager.relieve = lambda: self._pump(block=True)
-
-    def put(self, row: dict, t) -> None:
-        """Queue ``t`` (a device tensor) for writing under ``row``."""
-        try:
-            self._put(row, t)
-        except BaseException:  # e.g. Ctrl-C between taking a ring slot and queueing it: free the slot
-            self._forget_unqueued()
-            raise
-        if self._thread is None and self._items:
-            self._pump(block=False)
-
-    def _forget_unqueued(self) -> None:
-        unqueued = getattr(self.stager, "unqueued", None)
-        while unqueued:
-            self._push(("free", unqueued.pop()))  # after anything queued: sent ones are skipped
-
-    def _push(self, item) -> None:
-        if self._thread is None:
-            self._items.append(item)
-        else:
-            self._queue.put(item)
-
-    def _enqueue(self, item) -> None:
-        self._push(item)
-        unqueued = getattr(self.stager, "unqueued", None)
-        if unqueued:
-            unqueued.clear()
-
-    def _put(self, row: dict, t) -> None:
-        batch = self.batch
-        if batch is not None and batch.takes(t):
-            open_ = self._open.get(t.dtype)
-            if open_ is None:
-                open_ = self._open[t.dtype] = batch.sibling()
-            key = _stream_key(t)  # once a probe (fits and append both need it)
-            if not open_.fits(t, key):
-                self._seal(open_)
-            open_.append(row, t, key)
-            return
-        if batch is not None and batch.takes_alone(t):  # e.g. the logits: one copy, stats on the device
-            alone = StepBatch(self.stager, capacity=t.numel(), stats=batch.stats)
-            alone.append(row, t)
-            self._enqueue(("batch", *alone.seal()))
-            return
-        host, token = self.stager.stage(t)
-        self._enqueue(("one", row, host, token))
-
-    def _seal(self, batch: StepBatch) -> None:
-        if len(batch):
-            self._enqueue(("batch", *batch.seal()))
-
-    def flush(self) -> None:
-        """Wait until everything queued so far is with the writer; re-raise a drain failure."""
-        try:
-            for batch in self._open.values():
-                self._seal(batch)
-        except BaseException:
-            self._forget_unqueued()
-            raise
-        if self._thread is None:
-            self._pump(block=True)
-        else:
-            self._queue.join()
-        if self.error is not None:
-            raise self.error
-
-    def close(self) -> None:
-        if self._thread is None:
-            self._pump(block=True)  # after a failure: each item's buffers go back (nothing is written)
-            return
-        self._queue.put(_STOP)
-        self._thread.join()
-
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            try:
-                if item is _STOP:
-                    return
-                self._handle(item)
-            finally:
-                self._queue.task_done()
-
-    def _pump(self, block: bool) -> None:
-        """(Recording thread, unthreaded) Hand over the queued items in order: those whose copies
-        have finished, or with ``block`` all of them, waiting for their copies."""
-        if self._pumping:  # a wait for space inside a hand-over: nothing more to hand over here
-            return
-        self._pumping = True
-        ready = None if block else getattr(self.stager, "ready", None)  # ready(token): copied? (None: wait)
-        try:
-            items = self._items
-            while items:
-                item = items[0]
-                if ready is not None and item[0] != "free" and not ready(item[3]):
-                    return
-                items.popleft()
-                self._handle(item)
-                if self.error is not None and not isinstance(self.error, Exception):
-                    # Ctrl-C during a hand-over: it stops the model now; recording stops with one line
-                    interrupt, self.error = self.error, DumpError(
-                        "interrupted while handing staged tensors to the writer; this step is incomplete")
-                    raise interrupt
-        finally:
-            self._pumping = False
-
-    def _handle(self, item) -> None:
-        if item[0] == "one":
-            self._drain_one(*item[1:])
-        elif item[0] == "free":
-            self._drain_free(item[1])
-        else:
-            self._drain_batch(*item[1:])
-
-    def _drain_free(self, view) -> None:
-        try:
-            if self._free_slot is not None:
-                self._free_slot(view)
-        except BaseException as e:  # noqa: BLE001 - kept and raised in the recording thread
-            self.error = self.error or e
-
-    def _drain_one(self, row: dict, host, token) -> None:
-        done = _once(lambda: self.stager.release(token))
-        try:
-            self.stager.wait(token)
-            if self.error is None:
-                self._write(row, host, done, None)
-            else:
-                done()
-        except BaseException as e:  # noqa: BLE001 - kept and raised in the recording thread
-            done()
-            self.error = self.error or e
-
-    def _drain_batch(self, rows: list, host, token, spans: list, stats) -> None:
-        """Hand a sealed batch to the writer in one call; its buffers go back once it is stored."""
-        done = _once(lambda: self.stager.release(token))
-        try:
-            self.stager.wait(token)
-            row_stats = stats.numpy() if stats is not None else None  # the writer adds them up
-        except BaseException as e:  # noqa: BLE001 - kept and raised in the recording thread
-            self.error = self.error or e
-        if self.error is not None:
-            done()
-            return
-        try:  # from here done() is the writer's to call, also when it fails part-way (jobs may
-            # still be writing tensors of the batch it took)
-            self._write_batch(rows, host, spans, row_stats, done)
-        except BaseException as e:  # noqa: BLE001
-            self.error = self.error or e

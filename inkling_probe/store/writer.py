@@ -41,7 +41,6 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import h5py
 import numpy as np
@@ -49,13 +48,16 @@ import numpy as np
 from inkling_probe.errors import DumpError
 from inkling_probe.store import schema
 from inkling_probe.store.batch import Countdown, add_each, split
+from inkling_probe.store.diskio import _in_memory, _pwrite_all, _pwritev_all
 from inkling_probe.store.refs import Refs
-from inkling_probe.store.stats import NAN_STATS, array_stats, content_hash, hash_and_stats
+from inkling_probe.store.segment_file import (_allocated_dcpl, _close_lane, _create_allocated, _create_compressed,
+                                              _create_contiguous, _Lane, _Pack, _pack_kind, _same_pack,
+                                              _set_text_attrs, _stored_type, _write_attrs)
+from inkling_probe.store.summarise import _failed, _summarise, why
 
 _GZIP_MIN_BYTES = 1 << 20
 _PACK_PART_BYTES = 1 << 20
 _BATCH_PART_BYTES = 4 << 20  # a batch's tensors are packed into parts of up to this many bytes
-_IOV_MAX = 512  # buffers per pwritev call (Linux allows 1024)
 _MAX_WORKERS = 4
 SERIAL_WRITES = True  # job threads take turns at pwrite (see _Jobs); False: each writes at once
 _LANE_MIN_BYTES = 8 << 20  # a segment's bytes before its large writes spread over a second file
@@ -73,26 +75,6 @@ def default_workers() -> int:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(0, min(_MAX_WORKERS, cores - 2))
 
-
-@dataclass
-class _Lane:
-    """One segment file being written: its number, HDF5 file, index rows, groups and bytes placed."""
-
-    number: int
-    file: h5py.File
-    rows: list
-    groups: dict
-    bytes: int = 0
-
-
-@dataclass
-class _Pack:
-    """One pack part being filled: its dataset path, buffer and how much of it is used."""
-
-    path: str
-    buf: np.ndarray
-    ftype: object  # the HDF5 type it is written with
-    used: int = 0
 
 
 class SegmentWriter:
@@ -424,200 +406,6 @@ class SegmentWriter:
             self._jobs.shutdown()
 
 
-def _close_lane(lane: _Lane, complete_through_step: int) -> None:
-    """Write a lane's index and completion mark, close its file and rename it into place."""
-    f = lane.file
-    _write_index(f, np.array([_INDEX_ROW(row) for row in lane.rows], dtype=schema.INDEX_DTYPE))
-    _write_attrs(f.id, {"complete_through_step": complete_through_step})
-    tmp = f.filename
-    f.close()
-    os.replace(tmp, tmp[: -len(schema.TMP_SUFFIX)])
-
-
-def why(e: BaseException) -> str:
-    """A one-line reason for a write failure, naming a full disk or a file size limit plainly."""
-    text = str(e)
-    if getattr(e, "errno", None) == errno.ENOSPC or "errno = 28" in text or "No space left" in text:
-        return "no space left on the device (disk full)"
-    if getattr(e, "errno", None) == errno.EFBIG or "errno = 27" in text or "File too large" in text:
-        return "file too large (a file size limit, RLIMIT_FSIZE, was reached)"
-    first = text.splitlines()[0] if text else type(e).__name__
-    return first[:200]
-
-
-_BF16 = schema.bf16_file_type()
-
-
-def _is_bf16_bits(row: dict, array: np.ndarray) -> bool:
-    return row["dtype"] == "bfloat16" and array.dtype == np.uint16
-
-
-def _stored_type(row: dict, array: np.ndarray):
-    """The HDF5 type a tensor is written with: bfloat16 bits get HDF5's bfloat16 float type, so
-    plain tools read numbers; everything else its numpy dtype's type."""
-    return _BF16 if _is_bf16_bits(row, array) else _file_type(array.dtype)
-
-
-def _pack_kind(row: dict, array: np.ndarray) -> str:
-    """Which pack a small tensor joins: one per stored type ('bfloat16' apart from real uint16)."""
-    if _is_bf16_bits(row, array):
-        return "bfloat16"
-    name = _DTYPE_NAMES.get(array.dtype)
-    if name is None:  # dtype.name costs ~3 us a call
-        name = _DTYPE_NAMES[array.dtype] = array.dtype.name
-    return name
-
-
-_DTYPE_NAMES: dict = {}
-
-
-def _same_pack(first: tuple, row: dict, array: np.ndarray) -> bool:
-    """Can the tensor join the part that ``first`` (row, array, stats) starts: same step and stored type?"""
-    return first[0]["step"] == row["step"] and _pack_kind(first[0], first[1]) == _pack_kind(row, array)
-
-
-_INDEX_FIELDS = operator.itemgetter(*schema.REQUIRED_FIELDS)  # (a third of a generator's cost)
-
-
-def _INDEX_ROW(row: dict) -> tuple:
-    """A row dict's index tuple (``ref`` last, "" unless the row is a reference)."""
-    return (*_INDEX_FIELDS(row), row.get("ref", ""))
-_INDEX_TYPE = h5py.h5t.py_create(schema.INDEX_DTYPE, logical=True)
-
-
-def _write_index(f: h5py.File, rows: np.ndarray) -> None:
-    """The segment's ``/index``: one contiguous compound dataset, through h5py's low-level calls
-    (half of ``create_dataset``'s ~2 ms)."""
-    dsid = h5py.h5d.create(f.id, b"index", _INDEX_TYPE, h5py.h5s.create_simple((len(rows),)))
-    if len(rows):
-        dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, rows)
-
-
-_TEXT = h5py.h5t.py_create(h5py.string_dtype(), logical=True)
-_SCALAR = h5py.h5s.create(h5py.h5s.SCALAR)
-_TEXT_VALUES: dict[str, np.ndarray] = {}  # attribute text -> its array, made once (a few kinds)
-_FILE_TYPES: dict[np.dtype, h5py.h5t.TypeID] = {}
-_ALLOCATED_DCPL = None
-
-
-def _file_type(dtype: np.dtype):
-    """The HDF5 type of a numpy dtype, made once per dtype (a third of a dataset's create cost)."""
-    t = _FILE_TYPES.get(dtype)
-    if t is None:
-        t = _FILE_TYPES[dtype] = h5py.h5t.py_create(dtype)
-    return t
-
-
-def _allocated_dcpl():
-    """Contiguous, space allocated at creation, never filled by HDF5: one property list for all."""
-    global _ALLOCATED_DCPL
-    if _ALLOCATED_DCPL is None:
-        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-        dcpl.set_layout(h5py.h5d.CONTIGUOUS)
-        dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
-        dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
-        _ALLOCATED_DCPL = dcpl
-    return _ALLOCATED_DCPL
-
-
-def _set_text_attrs(dsid, attrs: dict) -> None:
-    """String attributes on a dataset, for plain-tool readers where the stored type is not the
-    original (bf16, fp8, fp4): ``dtype`` and ``storage``. Everything else about a tensor is in the
-    index. h5py's low-level calls: a quarter of ``Dataset.attrs`` cost (~0.05 ms against ~0.2)."""
-    for name, text in attrs.items():
-        value = _TEXT_VALUES.get(text)
-        if value is None:
-            value = _TEXT_VALUES.setdefault(text, np.array(text.encode(), dtype=h5py.string_dtype()))
-        h5py.h5a.create(dsid, name.encode(), _TEXT, _SCALAR).write(value)
-
-
-_INT64 = h5py.h5t.py_create(np.dtype(np.int64))
-_FLOAT64 = h5py.h5t.py_create(np.dtype(np.float64))
-
-
-def _write_attrs(oid, attrs: dict) -> None:
-    """Scalar attributes of a segment's root, as ``attrs.update`` writes them (str: variable-length
-    UTF-8; int: int64; float: float64), through h5py's low-level calls: half the cost a segment."""
-    for name, value in attrs.items():
-        if isinstance(value, str):
-            tid, data = _TEXT, np.array(value.encode(), dtype=h5py.string_dtype())
-        elif isinstance(value, float):
-            tid, data = _FLOAT64, np.array(value, dtype=np.float64)
-        else:
-            tid, data = _INT64, np.array(value, dtype=np.int64)
-        h5py.h5a.create(oid, name.encode(), tid, _SCALAR).write(data)
-
-
-def _failed(row: dict, folder: str, e: BaseException) -> str:
-    return f"recording {row['key']!r} (step {row['step']}) in {folder}: {why(e)}"
-
-
-def _summarise(row: dict, array: np.ndarray, stats, each=None) -> None:
-    """Fill in the row's content hash and statistics: computed (``stats`` True), given (a dict,
-    computed on the GPU), or none (False: NaN and -1 counts). ``each(bytes, byte offset)`` is
-    called on every 64K-value chunk of ``array`` while it is in the cache (the writer's
-    ``pwrite``; stats.hash_and_stats)."""
-    compute = bool(stats) and not isinstance(stats, dict)
-    if each is None:  # (a packed tensor: in the cache already, and the fewer calls the better)
-        row["hash"] = content_hash(array, row["dtype"], array.shape).encode()
-        computed = array_stats(array, row["storage"], row["dtype"]) if compute else None
-    else:
-        whole = np.ascontiguousarray(array).reshape(array.shape)  # (ascontiguousarray makes a 0-d array 1-d)
-        digest, computed = hash_and_stats(whole, row["dtype"], row["storage"], compute, each)
-        row["hash"] = digest.encode()
-    row.update(computed if compute else stats if isinstance(stats, dict) else _NO_STATS)
-
-
-_NO_STATS = {**NAN_STATS, "nan": -1, "inf": -1}
-
-
-def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
-    while len(data):
-        n = os.pwrite(fd, data, offset)
-        data, offset = data[n:], offset + n
-
-
-def _pwritev_all(fd: int, views: list, offset: int) -> None:
-    """Write ``views`` back to back at ``offset``: one ``pwritev`` per ``_IOV_MAX`` buffers."""
-    for i in range(0, len(views), _IOV_MAX):
-        chunk = views[i: i + _IOV_MAX]
-        want = sum(len(v) for v in chunk)
-        n = os.pwritev(fd, chunk, offset)
-        if n < want:  # a short write (a signal, a nearly full disk): the rest one by one
-            done = n
-            for v in chunk:
-                if done >= len(v):
-                    done -= len(v)
-                    continue
-                _pwrite_all(fd, v[done:], offset + n)
-                n += len(v) - done
-                done = 0
-        offset += want
-
-
-_TMPFS_MAGIC = 0x01021994
-_IN_MEMORY: dict = {}  # st_dev -> is that file system tmpfs?
-
-
-def _in_memory(fd: int) -> bool:
-    """Is ``fd``'s file system tmpfs (a /tmp or /dev/shm in memory)? There ``fallocate`` zeroes
-    every page before the write copies over it: twice the work (54 MB a GPU step: +60% of the
-    writer's time here), so it is skipped. Asked once per device (``fstatfs``)."""
-    dev = os.fstat(fd).st_dev
-    known = _IN_MEMORY.get(dev)
-    if known is None:
-        import ctypes
-        import struct
-
-        buf = ctypes.create_string_buffer(256)  # struct statfs: f_type (a C long) first
-        try:
-            ok = ctypes.CDLL(None, use_errno=True).fstatfs(fd, buf) == 0
-        except (OSError, AttributeError):
-            ok = False
-        known = _IN_MEMORY[dev] = ok and struct.unpack_from("l", buf)[0] == _TMPFS_MAGIC
-    return known
-
-
 _FALLOCATE = [None]  # libc's fallocate, found once; False where there is none or it is not supported
 
 
@@ -781,37 +569,3 @@ class _Jobs:
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
-
-
-def _create_allocated(group: h5py.Group, name: str, array: np.ndarray, ftype):
-    """A contiguous dataset of HDF5 type ``ftype`` (``array``'s bytes as they are) whose file space
-    is allocated now and never filled by HDF5: (low-level DatasetID, file offset of its bytes); the
-    caller writes the bytes there. Empty or scalar datasets are written at once (offset None)."""
-    if array.ndim == 0 or array.size == 0:
-        return _create_contiguous(group, name, array, ftype), None
-    dsid = h5py.h5d.create(group.id, name.encode(), ftype, h5py.h5s.create_simple(array.shape),
-                           dcpl=_allocated_dcpl())
-    return dsid, dsid.get_offset()
-
-
-def _create_contiguous(group: h5py.Group, name: str, array: np.ndarray, ftype):
-    """h5py's low-level create + write: half the cost of ``create_dataset`` for small tensors.
-    ``array``'s bytes are written as they are, as HDF5 type ``ftype``. Returns the DatasetID."""
-    array = np.ascontiguousarray(array)
-    space = h5py.h5s.create_simple(array.shape) if array.ndim else h5py.h5s.create(h5py.h5s.SCALAR)
-    dsid = h5py.h5d.create(group.id, name.encode(), ftype, space)
-    if array.size:
-        dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, array, mtype=ftype)
-    return dsid  # a DatasetID: wrapping it in h5py.Dataset costs ~0.3 ms, done only for attributes
-
-
-def _create_compressed(group: h5py.Group, name: str, array: np.ndarray, ftype):
-    """A chunked dataset through stock HDF5 filters (shuffle + deflate level 1), written at once."""
-    array = np.ascontiguousarray(array)
-    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-    dcpl.set_chunk(h5py.filters.guess_chunk(array.shape, None, array.dtype.itemsize))
-    dcpl.set_shuffle()
-    dcpl.set_deflate(1)
-    dsid = h5py.h5d.create(group.id, name.encode(), ftype, h5py.h5s.create_simple(array.shape), dcpl=dcpl)
-    dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, array, mtype=ftype)
-    return dsid
