@@ -41,16 +41,21 @@ class TailRows:
         self.full: dict = {}  # (step, width) -> (reference Entry, token dim, token rows)
         self.previous: tuple | None = None  # (step, shape without its width, Tail | None) of the last value key
 
-    def find(self, ref_dump, p, n_tokens: int | None, row_wise: bool) -> Tail | None:
-        """The tail of pair ``p`` in a step whose decisions hold ``n_tokens`` token rows, or None."""
+    def find(self, ref_dump, p, n_tokens, row_wise) -> Tail | None:
+        """The tail of pair ``p``, or None; ``n_tokens()``: the token rows of its step's changed
+        decisions (None: none), ``row_wise()``: whether its op is row-wise. Both are asked only of a
+        key shaped like a tail, so every other key costs a look at its shape."""
         shape = tuple(p.ref.global_shape())
-        if n_tokens is None or len(shape) < 2 or p.ref.first.get("shard") == "concat" and len(p.ref.rows) > 1:
+        if len(shape) < 2 or p.ref.first.get("shard") == "concat" and len(p.ref.rows) > 1:
             return None
         lead, k, width = shape[:-2], shape[-2], shape[-1]
-        if any(d != 1 for d in lead) or not 1 <= k < n_tokens:
+        if any(d != 1 for d in lead):
+            return None
+        n_tokens = n_tokens()
+        if n_tokens is None or not 1 <= k < n_tokens:
             return None
         prev = self.previous
-        if prev is not None and row_wise and prev[0] == p.step and prev[1] == shape[:-1] and prev[2] is not None:
+        if prev is not None and prev[0] == p.step and prev[1] == shape[:-1] and prev[2] is not None and row_wise():
             return prev[2]  # a row-wise op on a tail (lm_head after its input)
         full = self.full.get((p.step, width))
         if full is None or full[2] != n_tokens:

@@ -152,9 +152,9 @@ class Walker:
     def _tail(self, p: Pair) -> Tail | None:
         """Pair ``p``'s rows as the last tokens of a step with a changed decision (tail_rows.py)."""
         s = self.state
-        n = next((f.n_rows for side in (s.cand, s.ctl) for f in side.reach.flips
-                  if f.step == p.step and f.kind == "routing"), None)
-        return self.tails.find(s.dumps["reference"], p, n, not s.cand.reach.mixes(p.key))
+        n_tokens = lambda: next((f.n_rows for side in (s.cand, s.ctl) for f in side.reach.flips  # noqa: E731
+                                 if f.step == p.step and f.kind == "routing"), None)
+        return self.tails.find(s.dumps["reference"], p, n_tokens, lambda: not s.cand.reach.mixes(p.key))
 
     def _control_measure(self, p: Pair, precision, layer=None, tail: Tail | None = None) -> Measured | None:
         s = self.state
