@@ -204,7 +204,7 @@ class ReadAhead:
         except Exception:  # no fresh pool can start (its forkserver gone): this process measures the rest
             self.pool = None
         for key, (n, fut) in list(self.pending.items()):
-            if fut.done() and not fut.cancelled() and fut.exception() is None:
+            if _finished(fut):
                 continue  # finished before the death
             if self.pool is not None and key not in self.retried:
                 self.retried[key] = "worker"
@@ -223,7 +223,7 @@ class ReadAhead:
             _abandon(self.pool)
         self.pool = None
         for key, (n, fut) in list(self.pending.items()):
-            if not (fut.done() and not fut.cancelled() and fut.exception() is None):
+            if not _finished(fut):
                 self.retried[key] = "here"
                 self.pending.pop(key)
 
@@ -242,6 +242,11 @@ class ReadAhead:
             self.pool.shutdown(wait=True, cancel_futures=True)
         LAST_WORKERS.clear()
         LAST_WORKERS.update(self.workers)
+
+
+def _finished(fut) -> bool:
+    """A job whose result is in (a death after it changes nothing)."""
+    return fut.done() and not fut.cancelled() and fut.exception() is None
 
 
 def _abandon(pool: ProcessPoolExecutor) -> None:
