@@ -187,7 +187,10 @@ def record(module: torch.nn.Module, path=None, include=None, inputs: bool = True
 
     A ``torch.compile``d module records inside its compiled graph (no graph break; docs/COMPILE.md):
     hooks are guarded from the first call on, so a graph compiled before the block is compiled again
-    with them, once, and the hookless graph again after.
+    with them, once, and the hookless graph again after. Pass the compiled module itself (what
+    ``torch.compile(m)`` returned, named as ``m``'s modules, or ``m`` after ``m.compile()``): each of its
+    calls is then bracketed, so under ``mode="reduce-overhead"`` every CUDA graph replay is drained
+    into the dump (tracing/replays.py).
     """
     from inkling_probe.tracing import op  # noqa: F401  (the probe ops, bound into the sink)
     from inkling_probe.tracing.freshen import guard_hooks
@@ -199,6 +202,7 @@ def record(module: torch.nn.Module, path=None, include=None, inputs: bool = True
         raise ValueError(f"record(steps={steps!r}): expected 'auto' or 'manual'")
     capture = _Capture(include, NameMap.load(name_map) if name_map is not None else None, token_dim, batch_row)
     guard_hooks()  # a model compiled before now must see the hooks (tracing/freshen.py)
+    compiled, module = module, _uncompiled(module)
     handles = []
     with contextlib.ExitStack() as stack:
         if path is not None:
@@ -217,7 +221,60 @@ def record(module: torch.nn.Module, path=None, include=None, inputs: bool = True
                 if inputs:
                     handles.append(sub.register_forward_pre_hook(capture.pre_hook(mpath), with_kwargs=True))
                 handles.append(sub.register_forward_hook(capture.post_hook(mpath), with_kwargs=True))
-            yield module
+            stack.enter_context(_bracketed_calls(compiled))
+            yield compiled
         finally:
             for h in handles:
                 h.remove()
+
+
+def _uncompiled(module: torch.nn.Module) -> torch.nn.Module:
+    """The module whose submodules are named and hooked: ``m`` for ``torch.compile(m)`` (no ``_orig_mod.``)."""
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    return module._orig_mod if isinstance(module, OptimizedModule) else module
+
+
+@contextlib.contextmanager
+def _bracketed_calls(module: torch.nn.Module):
+    """Bracket each call of a compiled ``module`` (tracing/replays.py) while the block runs: the wrapper
+    ``torch.compile`` returned by its own hooks (they run eagerly, outside the compiled frame), a module
+    compiled in place (``m.compile()``) by wrapping its compiled call. Nothing for an uncompiled one."""
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    from inkling_probe.tracing import replays
+
+    bracket = replays.ReplayRecording()
+    if isinstance(module, OptimizedModule):
+        opened = [False]  # this call's bracket is ours (not an outer one's)
+
+        def before(mod, args):
+            opened[0] = bracket.before_call()
+
+        def after(mod, args, output):
+            if opened[0]:
+                opened[0] = False
+                bracket.after_call()
+
+        handles = [module.register_forward_pre_hook(before), module.register_forward_hook(after, always_call=True)]
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+        return
+    inner = getattr(module, "_compiled_call_impl", None)
+    if inner is None:
+        yield
+        return
+
+    def call(*args, **kwargs):
+        with replays.calls(bracket):
+            return inner(*args, **kwargs)
+
+    module._compiled_call_impl = call
+    try:
+        yield
+    finally:
+        if module.__dict__.get("_compiled_call_impl") is call:
+            module._compiled_call_impl = inner

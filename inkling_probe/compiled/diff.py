@@ -47,7 +47,8 @@ def check_pair(eager, compiled) -> dict:
         raise NotACompiledPair(f"eager side {eager.path}: {e_traced} of {e_rows} tensors were recorded in a "
                                "compiled graph; record it without torch.compile")
     return {"backend": found.get("backend"), "mode": found.get("mode"), "graph_breaks": breaks,
-            "traced": traced, "rows": rows, "observer": found.get("observer")}
+            "traced": traced, "rows": rows, "observer": found.get("observer"),
+            "cuda_graphs": _facts.cuda_graph_line(found)}
 
 
 SHOWN = 3  # missing points named in the refusal
@@ -94,8 +95,9 @@ class CompileDiff:
         from inkling_probe.compiled.observer import describe
 
         r = self.ran
+        graphs = f"\n{r['cuda_graphs']}" if r.get("cuda_graphs") else ""
         ran = (f"compiled side: backend={r['backend']} mode={r['mode']}, {r['graph_breaks']} graph breaks, "
-               f"{r['traced']} of {r['rows']} tensors recorded in the compiled graph\n{describe(r['observer'])}")
+               f"{r['traced']} of {r['rows']} tensors recorded in the compiled graph{graphs}\n{describe(r['observer'])}")
         if self.first is None:
             return f"compiled equals eager within what its dtype allows at every probe point: {self.judged} tensors judged\n{ran}"
         f = self.first

@@ -3,9 +3,10 @@
 Written by :func:`inkling_probe.compiled.session.record_compiled` after the dump closes; read by
 ``ls``, compilediff and the record summary. Plain JSON (no torch), so readers stay light::
 
-    {"backend": "inductor", "mode": "default",
+    {"backend": "inductor", "mode": "reduce-overhead",
      "off": {dynamo counters of the run with probes off}, "on": {... of the recorded run},
-     "observer": {"identical": true, "max_abs": 0.0, "rel_rms": 0.0, "differ": 0, "numel": 2048, "dtype": "bf16"}}
+     "observer": {"identical": true, "max_abs": 0.0, "rel_rms": 0.0, "differ": 0, "numel": 2048, "dtype": "bf16"},
+     "cudagraph": {"replayed": 111}}   (CUDA-graph modes only: tensors drained from the recorded replay)
 """
 from __future__ import annotations
 
@@ -32,6 +33,19 @@ def lines(facts: dict) -> list[str]:
 
     on = facts.get("on", {})
     mode = f" mode={facts['mode']}" if facts.get("mode") else ""
+    graphs = cuda_graph_line(facts)
     return [f"compiled: backend={facts.get('backend')}{mode}; recorded run: {on.get('graph_breaks', '?')} graph "
             f"break(s), {on.get('graphs', '?')} graph(s) in {on.get('frames', '?')} frame(s)",
-            describe(facts.get("observer"))]
+            *([graphs] if graphs else []), describe(facts.get("observer"))]
+
+
+def cuda_graph_line(facts: dict) -> str | None:
+    """Under a CUDA-graph mode: how many tensors came from a graph replay (None for other modes)."""
+    found = facts.get("cudagraph")
+    if found is None:
+        return None
+    skips = facts.get("on", {}).get("cudagraph_skips", 0)
+    if found.get("replayed"):
+        return f"CUDA graphs: {found['replayed']} tensors recorded from a graph replay (drained after the call)"
+    return (f"CUDA graphs: none replayed; Inductor ran {skips} graph(s) without the CUDA graphs the mode asked "
+            "for (its reason is in its log: TORCH_LOGS=cudagraphs)")

@@ -14,13 +14,15 @@ import torch
 from torch._higher_order_ops.effects import EffectType
 
 from inkling_probe import sink
-from inkling_probe.tracing import keys, steppers
+from inkling_probe.tracing import keys, replays, steppers
 
 
 @torch.library.custom_op("inkling_probe::emit", mutates_args=())
 def emit(x: torch.Tensor, key: int) -> None:
-    """Record ``x`` under probe id ``key`` (keys.py) through the active recorder."""
-    keys.deliver(key, x)
+    """Record ``x`` under probe id ``key`` (keys.py) through the active recorder (captured into a CUDA
+    graph's static slot instead while one is being captured: replays.py)."""
+    if not replays.claim_emit(key, x):
+        keys.deliver(key, x)
 
 
 @emit.register_fake
@@ -34,7 +36,8 @@ emit.register_effect(EffectType.ORDERED)
 @torch.library.custom_op("inkling_probe::step", mutates_args=())
 def step(key: int) -> None:
     """``inkling_probe.step(**layout)`` with the layout of id ``key`` (keys.py), inside a compiled graph."""
-    keys.next_step(key)
+    if not replays.claim_step(("step", key)):
+        keys.next_step(key)
 
 
 @step.register_fake
@@ -49,7 +52,8 @@ step.register_effect(EffectType.ORDERED)
 def forward_step(handle: int) -> None:
     """``record(model, steps="auto")``'s root pre-hook inside a compiled forward: its decision (step
     unless the caller stepped since the last forward) made when the node runs (hooks.py)."""
-    steppers.run(handle)
+    if not replays.claim_step(("forward", handle)):
+        steppers.run(handle)
 
 
 @forward_step.register_fake
