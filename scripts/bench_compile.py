@@ -5,7 +5,8 @@
 
 Interleaved rounds (each round times every variant once, K forwards each, so drift of a shared
 machine falls on all of them): eager unrecorded, compiled unrecorded, compiled recorded (probes
-inside the compiled graph, inkling_probe.record around the compiled model) and eager recorded, each on
+inside the compiled graph, inkling_probe.record around the compiled model; under --mode
+reduce-overhead the forwards timed are CUDA graph replays, each drained into the dump) and eager recorded, each on
 its own copy of the model (the two recorded copies hooked for the whole run, all into one scratch
 dump, deleted after: a record() entered per round would recompile the compiled model each time, as
 its hooks are new objects). The timed rounds' compiles are counted and printed (should be 0). Prints the device, each
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 
 VARIANTS = ("eager", "compiled", "compiled+rec", "eager+rec")
+GRAPH_MODES = ("reduce-overhead", "max-autotune")  # CUDA graphs: warm-up, capture, then replays are timed
 BACKENDS = ("eager", "aot_eager", "aot_eager_decomp_partition", "inductor")
 
 
@@ -62,8 +64,7 @@ def main(argv=None) -> int:
         device == "cuda" and not torch.cuda.is_available() and "--device cuda: no CUDA device here",
         backend not in BACKENDS and f"--backend {backend}: expected one of {', '.join(BACKENDS)}",
         a.mode is not None and backend != "inductor" and f"--mode {a.mode}: a mode is Inductor's",
-        a.mode in ("reduce-overhead", "max-autotune") and f"--mode {a.mode}: CUDA graphs under torch.compile "
-                                                          "are not recorded yet (docs/COMPILE.md, limits)",
+        a.mode in GRAPH_MODES and device != "cuda" and f"--mode {a.mode}: CUDA graphs need --device cuda",
         min(a.rounds, a.iters, a.layers, a.hidden, a.seq) < 1 and "--rounds/--iters/--layers/--hidden/--seq: >= 1",
     ]
     bad = next((x for x in problems if x), None)
@@ -94,10 +95,14 @@ def main(argv=None) -> int:
         stack.enter_context(torch.no_grad())
         stack.enter_context(inkling_probe.recording(scratch / "dump"))
         for v in ("compiled+rec", "eager+rec"):
-            stack.enter_context(inkling_probe.record(models[v]))
+            stack.enter_context(inkling_probe.record(runs[v]))  # the compiled module: its replays are drained
+        graphs = a.mode in GRAPH_MODES
+        step = torch.compiler.cudagraph_mark_step_begin if graphs else (lambda: None)
         t0 = time.perf_counter()
-        for v in VARIANTS:  # warm-up: the compiles (probes off, and with the hooks)
-            runs[v](ids)
+        for v in VARIANTS:  # warm-up: the compiles (probes off, and with the hooks); with CUDA graphs also
+            for _ in range(3 if graphs else 1):  # the graph's warm-up call and its capture
+                step()
+                runs[v](ids)
         sync()
         print(f"warm-up (compiles) {time.perf_counter() - t0:.1f} s", flush=True)
         with watch() as counts:
@@ -106,15 +111,21 @@ def main(argv=None) -> int:
                     sync()
                     t = time.perf_counter()
                     for _ in range(a.iters):
+                        step()
                         runs[v](ids)
                     sync()
                     times[v].append((time.perf_counter() - t) / a.iters)
+    from inkling_probe.store.reader import as_dump
+
+    rows = as_dump(scratch / "dump").index
+    replayed = sum((r.get("meta") or {}).get("cudagraph") == 1 for r in rows)
     shutil.rmtree(scratch, ignore_errors=True)
     name = torch.cuda.get_device_name() if device == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
     med = {v: statistics.median(ts) for v, ts in times.items()}
     print(f"device: {name}; torch {torch.__version__}; backend={backend} mode={a.mode}; Llama {a.layers} layers, "
           f"hidden {a.hidden}, seq {a.seq}, {a.dtype}; {a.rounds} rounds x {a.iters} forwards")
-    print(f"timed rounds: {counts.summary()}")
+    print(f"timed rounds: {counts.summary()}, {counts.cudagraph_skips} CUDA graph skip(s); rows recorded "
+          f"{len(rows)}, {replayed} of them drained from CUDA graph replays")
     print("  ".join(f"{v}: {med[v] * 1e3:.2f} ms" for v in VARIANTS))
     print(f"compiled/eager {med['compiled'] / med['eager']:.2f}  "
           f"compiled+rec/compiled {med['compiled+rec'] / med['compiled']:.2f}  "

@@ -6,8 +6,9 @@ every later call only replays it. The ``inkling_probe::emit`` op's kernel is Pyt
 runs at the warm-up and during the capture, never in a replay. So recording goes in three parts, as
 graphs/ does for a runner's own captures:
 
-- **warm-up** (not capturing): the kernel records as it does eagerly and notes each probe call of the
-  call (id, shape, dtype): a plan. Before the next call a new plan becomes a :class:`SlotSet`: one static
+- **warm-up** (not capturing): the kernel records as it does eagerly (the tensor copied to the host
+  first: the warm-up's allocations go to the graph's private pool, where the recorder's device buffers
+  must not live) and notes each probe call of the call (id, shape, dtype): a plan. Before the next call a new plan becomes a :class:`SlotSet`: one static
   byte arena on the device with a slot per probe call, allocated outside any graph's memory pool, and its
   pinned host mirror.
 - **capture**: the kernel copies each probed tensor into its slot (one captured copy a probe); the set's
@@ -188,9 +189,15 @@ class ReplayRecording:
     def emit(self, key: int, x: torch.Tensor, capturing: bool) -> bool:
         """A probe call: True when handled here (captured, or planned only), False to record it now."""
         if not capturing:
-            if plannable(x):
-                self.plan.append((key, tuple(x.shape), x.dtype, x.device))
-            return self.plan_only
+            if not plannable(x):
+                return self.plan_only
+            self.plan.append((key, tuple(x.shape), x.dtype, x.device))
+            if self.plan_only:
+                return True
+            if warming_up(x):  # the recorder's device buffers must not land in the graph's private pool
+                keys.deliver(key, x.detach().to("cpu"))
+                return True
+            return False
         if self.capturing is None:
             s = self.capturing = self._set_for(key, x)
             s.stamps[s.index: s.index + 1].add_(1)  # captured: one add a replay
@@ -267,6 +274,20 @@ def active() -> ReplayRecording | None:
 def plannable(x: torch.Tensor) -> bool:
     """Whether a probed tensor could be captured into a CUDA graph later (it lives on a CUDA device)."""
     return x.is_cuda
+
+
+def warming_up(x: torch.Tensor) -> bool:
+    """True while CUDA graph trees warm a graph up on ``x``'s device: every allocation of this thread goes
+    to the graph's private pool then, and one the recorder kept alive there (its staging buffers) would be
+    refused by the trees, or overwritten by a replay. Where the trees' state cannot be read, True (the
+    probe then comes to the host synchronously: slower, never wrong)."""
+    try:
+        from torch._inductor import cudagraph_trees
+
+        manager = cudagraph_trees.get_manager(x.device.index, create_if_none_exists=False)
+        return manager is not None and manager.in_warmup
+    except Exception:  # the trees are PyTorch internals: their names may change
+        return True
 
 
 def capturing(x: torch.Tensor | None = None) -> bool:

@@ -1,5 +1,8 @@
 """``run --compile``: inkling_model's prefill under torch.compile, recorded inside the compiled graph.
 
+On the CPU with modes ``default``/``max-autotune-no-cudagraphs``; ``reduce-overhead``/``max-autotune``
+(CUDA graphs) run on the GPU and record a replay, drained from the graph (inkling_probe/tracing/replays.py).
+
 :func:`check` refuses (one line, exit 2) what this path does not run; :func:`record_prefill` compiles the
 model (``model.compile``) and records the prefill through
 :func:`inkling_probe.compiled.session.record_compiled` (probes off, then recorded; ``compile.json`` in
@@ -11,8 +14,8 @@ from __future__ import annotations
 from inkling_probe.cli.common import BadInput
 
 BACKENDS = ("inductor", "aot_eager_decomp_partition_crossref", "aot_eager_decomp_partition", "aot_eager", "eager")
-MODES = ("default", "max-autotune-no-cudagraphs")
-GRAPH_MODES = ("reduce-overhead", "max-autotune")  # CUDA graphs: recording under them is not built
+MODES = ("default", "max-autotune-no-cudagraphs")  # on the CPU
+GRAPH_MODES = ("reduce-overhead", "max-autotune")  # CUDA graphs: the run goes to the GPU, a replay is recorded
 
 
 def check(backend: str, mode: str | None, *, impl: str, tp: int, dp: int, max_new: int, dump, runtime: bool,
@@ -21,11 +24,11 @@ def check(backend: str, mode: str | None, *, impl: str, tp: int, dp: int, max_ne
     if backend not in BACKENDS:
         raise BadInput(f"--compile-backend {backend}: expected one of {', '.join(BACKENDS)}")
     if mode is not None:
-        if mode in GRAPH_MODES:
-            raise BadInput(f"--compile-mode {mode}: CUDA graphs under torch.compile are not recorded yet "
-                           f"(docs/COMPILE.md, limits); use {' or '.join(MODES)}")
-        if mode not in MODES:
-            raise BadInput(f"--compile-mode {mode}: expected one of {', '.join(MODES)}")
+        if mode not in MODES + GRAPH_MODES:
+            raise BadInput(f"--compile-mode {mode}: expected one of {', '.join(MODES + GRAPH_MODES)}")
+        if mode in GRAPH_MODES and not _cuda():
+            raise BadInput(f"--compile-mode {mode}: CUDA graphs need a CUDA device, and torch.cuda.is_available() "
+                           "is False here")
         if backend != "inductor":
             raise BadInput(f"--compile-mode {mode}: a mode is Inductor's; --compile-backend is {backend}")
     if impl != "native" or tp != 1 or dp != 1:
@@ -37,6 +40,12 @@ def check(backend: str, mode: str | None, *, impl: str, tp: int, dp: int, max_ne
     if dump is None:
         raise BadInput("--compile records: pass --dump DIR")
     return {"backend": backend, "mode": mode}
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def record_prefill(model, prompts, request_ids, dump: str, backend: str, mode: str | None) -> dict:
@@ -53,6 +62,9 @@ def describe(facts: dict) -> str:
     from inkling_probe.compiled.observer import describe as observer
     from inkling_probe.compiled.watch import Compiled
 
+    from inkling_probe.compiled.facts import cuda_graph_line
+
     on = Compiled(**facts["on"])
+    graphs = cuda_graph_line(facts)
     return (f"compiled: backend={facts['backend']} mode={facts['mode']}; recorded run: {on.summary()}\n"
-            f"{observer(facts['observer'])}")
+            + (f"{graphs}\n" if graphs else "") + observer(facts["observer"]))

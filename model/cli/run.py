@@ -217,7 +217,7 @@ def native_rank(rank: int, world: int, ckpt: str, dtype: str, prompts: list[list
         load_checkpoint(model, ckpt, config)
     except CheckpointError as e:
         return {"error": str(e)}
-    model.to(_device(opts["cuda_graph"], rank))
+    model.to(_device(opts["cuda_graph"] or _graphs_compiled(opts), rank))
     from inkling_probe.errors import ProbeError
 
     forced = forced_tokens.active()
@@ -282,8 +282,15 @@ def _record_rank(model, prompts, mine, steps, max_new, eos, dump, gen, opts) -> 
                            **extra} for k, (i, o) in enumerate(zip(mine, out))]}
 
 
+def _graphs_compiled(opts: dict) -> bool:
+    """``run --compile --compile-mode reduce-overhead|max-autotune``: compiled with CUDA graphs (the GPU)."""
+    from inkling_model.cli.compile_run import GRAPH_MODES
+
+    return bool(opts.get("compile")) and opts["compile"].get("mode") in GRAPH_MODES
+
+
 def _device(cuda: bool, rank: int):
-    """The GPU of this rank (one per rank) with --cuda-graph, else the CPU."""
+    """The GPU of this rank (one per rank) with --cuda-graph or a CUDA-graph compile mode, else the CPU."""
     if not cuda:
         return "cpu"
     import torch

@@ -77,7 +77,7 @@ def test_inductor_faults_named_at_their_op(ckpt, tmp_path, fault, where):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--compile-mode", "reduce-overhead"], "--compile-mode reduce-overhead: CUDA graphs under torch.compile are not recorded yet"),
+    (["--compile-mode", "fastest"], "--compile-mode fastest: expected one of default, max-autotune-no-cudagraphs, reduce-overhead"),
     (["--compile-backend", "tvm"], "--compile-backend tvm: expected one of"),
     (["--compile-backend", "eager", "--compile-mode", "default"], "a mode is Inductor's"),
     (["--max-new-tokens", "2"], "--compile records the prefill: --max-new-tokens 2 must be 0"),
@@ -92,3 +92,30 @@ def test_compile_options_need_compile(ckpt, tmp_path):
     out = CliRunner().invoke(command, ["--ckpt", ckpt, "--tokens", TOKENS, "--dump", str(tmp_path / "d"),
                                        "--compile-backend", "eager"])
     assert out.exit_code == 2 and "only with --compile" in out.output
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for a machine without CUDA")
+def test_cuda_graph_modes_need_a_gpu(ckpt, tmp_path):
+    out = CliRunner().invoke(command, ["--ckpt", ckpt, "--tokens", TOKENS, "--dump", str(tmp_path / "d"), "--compile",
+                                       "--compile-mode", "reduce-overhead"])
+    assert out.exit_code == 2 and out.output.count("\n") == 1, out.output
+    assert "--compile-mode reduce-overhead: CUDA graphs need a CUDA device" in out.output
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("fault,where", [(None, None), ("compiled_branch", "layers.0.attn_norm")])
+def test_reduce_overhead_on_the_gpu_records_a_replay(ckpt, tmp_path, fault, where):
+    """run --compile --compile-mode reduce-overhead: the prefill compiled with CUDA graphs on the GPU, a
+    replay recorded (every row drained from the graph); judged against the eager run on the CPU (bf16
+    both): within with no fault, the compiled-only fault named at its norm."""
+    args = ["--dtype", "bf16"] + (["--fault", fault] if fault else [])
+    _run(ckpt, tmp_path / "eager", *args)
+    shown = _run(ckpt, tmp_path / "ro", *args, "--compile", "--compile-mode", "reduce-overhead")
+    print(shown)
+    assert "recorded run: 0 graph break(s)" in shown and "tensors recorded from a graph replay" in shown, shown
+    out = _diff(tmp_path / "eager", tmp_path / "ro")
+    print(out.output)
+    if fault is None:
+        assert out.exit_code == 0, out.output
+    else:
+        assert out.exit_code == 1 and f"first divergent point: {where} at step 0" in out.output, out.output
