@@ -158,3 +158,25 @@ def test_uncompiled_and_unbracketed_programs_are_untouched(tmp_path):
         run(torch.ones(2))
     assert len(as_dump(tmp_path / "d").index) == 4
     assert run.replays.drained == 0 and not run.replays.plans
+
+
+def test_record_of_a_compiled_module_names_its_modules_and_brackets_its_calls(tmp_path, monkeypatch):
+    """record(torch.compile(m)) records the keys record(m) records (no ``_orig_mod.``), each call bracketed;
+    the bracket hooks are gone after the block."""
+    m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4)).eval()
+    x = torch.randn(2, 3, 8)
+    with torch.no_grad():
+        with inkling_probe.record(m, tmp_path / "eager"):
+            m(x)
+        c = torch.compile(m, backend="aot_eager")
+        seen = []
+        real = replays.ReplayRecording.before_call
+        monkeypatch.setattr(replays.ReplayRecording, "before_call", lambda self: seen.append(1) or real(self))
+        with inkling_probe.record(c, tmp_path / "compiled") as held:
+            assert held is c
+            c(x)
+            c(x)
+        assert not c._forward_pre_hooks and not c._forward_hooks
+    eager, compiled = as_dump(tmp_path / "eager"), as_dump(tmp_path / "compiled")
+    assert [r["key"] for r in compiled.index if r["step"] == 0] == [r["key"] for r in eager.index]
+    assert sorted({r["step"] for r in compiled.index}) == [0, 1] and len(seen) == 2
