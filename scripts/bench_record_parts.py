@@ -89,8 +89,8 @@ def bf16_batches_only(rec) -> None:
 
 _DISCARD = """import os
 if os.environ.get("INKLING_BENCH_PARALLEL_WRITES") == "1":  # scripts/bench_record_parts.py only
-    from inkling_probe.store import writer as _w
-    _w.SERIAL_WRITES = False
+    from inkling_probe.store import jobs as _j
+    _j.SERIAL_WRITES = False
 if os.environ.get("INKLING_BENCH_WRITER_DISCARDS") == "1":
     from inkling_probe.store import writer as _w
 

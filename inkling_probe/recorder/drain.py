@@ -1,5 +1,5 @@
-"""The drain: hands staged tensors (staging.py) to the writer in order, once their copies have
-completed, from a thread of its own or from the recording thread."""
+"""The drain: hands staged tensors (staging.py, step_batch.py) to the writer in order, once their
+copies have completed, from a thread of its own or from the recording thread."""
 from __future__ import annotations
 
 import queue
@@ -34,7 +34,7 @@ class Drain:
                  threaded: bool = True):
         self.stager = stager
         self._free_slot = free_slot  # free_slot(view): a ring slot that was never queued (interrupted)
-        self.batch = batch  # a StepBatch (staging.py), or None; decides what is batched; open batches are its siblings
+        self.batch = batch  # a StepBatch (step_batch.py), or None; decides what is batched; open batches are its siblings
         self._open: dict = {}  # dtype -> the open StepBatch of that dtype
         # write(row, host_tensor, done, stats): encode, hand to the writer; done() once it has it
         self._write = write

@@ -219,7 +219,7 @@ class Recorder:
         except ProbeError as e:
             self._fail(e)
         except Exception as e:
-            from inkling_probe.store.writer import why
+            from inkling_probe.store.summarise import why
             self._fail(DumpError(f"{what} in {self.settings.path}: {why(e)}"))
 
     def _fail(self, error: ProbeError):
@@ -286,9 +286,10 @@ class Recorder:
         return self._step_selected
 
     def _staged(self, row: dict, t) -> None:
-        """Copy ``t`` to the host asynchronously; the drain thread writes it (staging.py)."""
+        """Copy ``t`` to the host asynchronously; the drain hands it to the writer (drain.py)."""
         if self._drain is None:
-            from inkling_probe.recorder.staging import Drain, StepBatch
+            from inkling_probe.recorder.drain import Drain
+            from inkling_probe.recorder.step_batch import StepBatch
             stager = self._stager or self._device_stager()
             batch = StepBatch(stager, stats=self.settings.mode != "hash") if self._stager is None else None
             self._drain = Drain(stager, self._write, batch, self._write_batch, self._free_slot,
@@ -338,7 +339,7 @@ class Recorder:
             self._writer.add(row, array, stats=stats, store=store, on_stored=done)
 
     def _write_batch(self, rows: list, host, spans: list, row_stats, done) -> None:
-        """Hand a sealed batch (staging.py) to the writer in one call (the drain): ``host`` is its
+        """Hand a sealed batch (step_batch.py) to the writer in one call (the drain): ``host`` is its
         float32 or bf16 host buffer, ``spans`` (offset, numel, shape) where each tensor sits in it,
         ``row_stats`` the buffer's row statistics (numpy [4, m], or None); ``done()`` once the writer
         no longer needs ``host``. The writer process adds the row statistics up per tensor itself."""
@@ -348,12 +349,12 @@ class Recorder:
             row["storage"] = "native"  # float32 or bf16, each as itself
         sums, extra = None, {}
         if row_stats is not None:
-            from inkling_probe.recorder import staging
+            from inkling_probe.recorder import step_batch
             from inkling_probe.store.batch import sums_from_rows
             if getattr(self._writer, "takes_row_stats", False):  # the writer process adds them up
-                extra = {"row_stats": row_stats, "row_values": staging.ROW}
+                extra = {"row_stats": row_stats, "row_values": step_batch.ROW}
             else:
-                sums = sums_from_rows(row_stats, spans, staging.ROW)
+                sums = sums_from_rows(row_stats, spans, step_batch.ROW)
         with self._wlock:
             self._writer.add_batch(rows, flat, spans, sums, stats=self.settings.mode != "hash",
                                    store=self.settings.mode == "full", on_stored=done, **extra)
