@@ -20,7 +20,7 @@ def Popen(argv, *a, **k):
     return _Popen(argv, *a, **k)
 subprocess.Popen = Popen
 import inkling_probe
-from inkling_probe.recorder import drain as D, recorder as R, staging as S
+from inkling_probe.recorder import drain as D, host_writer as HW, recorder as R, staging as S
 from inkling_probe.store import writer_process as WP
 from timeline_writer import timed
 
@@ -39,14 +39,14 @@ NULL = os.environ.get("NULL", "")
 if NULL == "1":  # writer does nothing: done() at once
     def _w(self, row, host, done, stats):
         (done or (lambda: None))()
-    R.Recorder._write = _w
+    HW.HostWriter.write = _w
 if NULL == "2":  # drain does nothing per tensor
     def _db(self, rows, host, token, spans, stats):
         self.stager.wait(token); self.stager.release(token)
     D.Drain._drain_batch = _db
     def _w(self, row, host, done, stats):
         (done or (lambda: None))()
-    R.Recorder._write = _w
+    HW.HostWriter.write = _w
 from inkling_model.config import InklingConfig
 from inkling_model.model import InklingForCausalLM
 torch.manual_seed(0)

@@ -42,7 +42,13 @@ class CudaStager:
         self._room = threading.Condition()
         self._side: dict = {}  # device -> the stream batches are summarised and copied out on
         self.unqueued: list = []  # ring slots taken since the drain last queued an item (RingStager)
-        self.relieve = None  # called before waiting for room: hands queued items over (an unthreaded Drain)
+        self._drain = None  # the drain that empties this stager (drained_by), asked while waiting for room
+
+    def drained_by(self, drain) -> None:
+        """``drain`` (drain.py's Drain) hands what this stager staged to the writer: a wait for room
+        asks it to hand over what it holds (``drain.relieve()``) and ends on its failure
+        (``drain.cancelled()``, the ring's wait)."""
+        self._drain = drain
 
     def side_stream(self, device):
         """The stream a sealed batch's statistics and copy to the host run on, one per device: the
@@ -137,9 +143,9 @@ class CudaStager:
         nbytes = math.prod(shape) * dtype.itemsize
         with self._room:
             while wait and self._outstanding + nbytes > self.limit and self._outstanding:
-                if self.relieve is not None:  # no drain thread: hand everything queued over
+                if self._drain is not None:  # without a drain thread: everything queued handed over
                     before = self._outstanding
-                    self.relieve()  # (the lock is reentrant: release() takes it too)
+                    self._drain.relieve()  # (the lock is reentrant: release() takes it too)
                     if self._outstanding < before:
                         continue
                 self._room.wait(0.01)  # the drain thread (or a writer job) frees buffers as it writes
@@ -162,15 +168,14 @@ class RingStager(CudaStager):
 
     ``ring`` is a :class:`~inkling_probe.store.ring.RingWriter` claimed from the process writer
     (so only these slots go through it, in the order they are queued); ``wait`` is called while the
-    ring is full (it raises if the writer died); ``cancelled()`` returns the drain's failure, if any,
-    so a wait for space that a failed drain can never free ends. Small tensors, tensors whose stored
-    form is not their bytes (8-bit floats) and anything too large for the ring use pooled buffers.
+    ring is full (it raises if the writer died); a wait for space ends on the drain's failure
+    (:meth:`drained_by`), which nothing would free. Small tensors, tensors whose stored form is not
+    their bytes (8-bit floats) and anything too large for the ring use pooled buffers.
     """
 
     def __init__(self, ring, wait, limit_bytes: int = 1 << 30):
         super().__init__(limit_bytes)
         self.ring, self._wait = ring, wait
-        self.cancelled = lambda: None
         self.min_bytes = 64 << 10
         self._address = ring.address()
         _host_register(self._address, ring.mapped_bytes())  # OSError: the caller stages as before
@@ -187,11 +192,12 @@ class RingStager(CudaStager):
         return torch.from_numpy(view).view(dtype)
 
     def _wait_for_space(self) -> None:
-        failure = self.cancelled()
-        if failure is not None:
-            raise failure
-        if self.relieve is not None:
-            self.relieve()  # the writer can only free space for what it was sent
+        drain = self._drain
+        if drain is not None:
+            failure = drain.cancelled()
+            if failure is not None:
+                raise failure
+            drain.relieve()  # the writer can only free space for what it was sent
         self._wait()
 
     def batch_host(self, dtype, used: int, capacity: int):

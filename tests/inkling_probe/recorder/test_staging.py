@@ -255,7 +255,7 @@ def batched_recording(path, monkeypatch, capacity=4096, writer="inline", device_
     stager = staging.CudaStager()
     rec._stager = stager
     batch = step_batch.StepBatch(stager, capacity=capacity, stats=rec.settings.mode != "hash")
-    rec._drain = Drain(stager, rec._write, batch, rec._write_batch)
+    rec._drain = Drain(stager, rec._host_writer, batch)
     return rec, stager
 
 
@@ -421,9 +421,7 @@ def ring_recording(path, monkeypatch, ring_bytes=64 << 10, threaded=True):
     assert isinstance(stager, staging.RingStager) and registered == [(stager.ring.address(), stager.ring.mapped_bytes())]
     stager.min_bytes = 1  # these small tensors too
     rec._stager = stager
-    rec._drain = Drain(stager, rec._write, step_batch.StepBatch(stager, capacity=2048), rec._write_batch,
-                       rec._free_slot, threaded=threaded)
-    stager.cancelled = lambda: rec._drain.error
+    rec._drain = Drain(stager, rec._host_writer, step_batch.StepBatch(stager, capacity=2048), threaded=threaded)
     return rec, stager, registered
 
 
@@ -596,7 +594,14 @@ def test_a_wait_for_ring_space_ends_when_the_drain_has_failed():
     finally:
         staging._host_register = real_register
     failure = DumpError("recording 'x' (step 0) in d: no space left on the device (disk full)")
-    stager.cancelled = lambda: failure
+
+    class FailedDrain:
+        def relieve(self):
+            pass
+
+        def cancelled(self):
+            return failure
+    stager.drained_by(FailedDrain())
     with pytest.raises(DumpError) as e:
         stager.batch_host(torch.float32, 1 << 16, 1 << 20)
     assert e.value is failure
