@@ -105,7 +105,7 @@ class Settings:
     compress: str = "none"
     pack_kb: float = 256.0
     writer: str = "auto"
-    writer_threads: int | None = None  # None: auto (store/writer.py default_workers)
+    writer_threads: int | None = None  # None: auto (store/jobs.py default_workers)
     writer_lanes: int | None = None  # None: auto (store/writer.py default_lanes)
     durability: str = "disk"  # "writer": step() waits for the step before, not this one (process writer)
     run: str = ""

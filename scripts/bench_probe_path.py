@@ -28,7 +28,7 @@ from bench_record import cuda_small_model  # this folder, on sys.path
 
 import inkling_probe  # bench_record put the checkout on sys.path
 from inkling_probe import sink
-from inkling_probe.recorder import staging as S
+from inkling_probe.recorder import cudart
 
 
 class Catcher:
@@ -60,9 +60,9 @@ def per_call_ns(fn, n: int = 20000) -> float:
 def primitives(t) -> None:
     import torch
 
-    memcpy = S._device_memcpy()
+    memcpy = cudart._device_memcpy()
     dst = torch.empty_like(t)
-    stream = S._raw_stream()(0)
+    stream = cudart._raw_stream()(0)
     event = torch.cuda.Event()
     event.record()
     torch.cuda.synchronize()
@@ -77,7 +77,7 @@ def primitives(t) -> None:
         "t.requires_grad": lambda: t.requires_grad,
         "t.get_device()": lambda: t.get_device(),
         "torch.cuda.current_device()": torch.cuda.current_device,
-        "raw current stream": lambda: S._raw_stream()(0),
+        "raw current stream": lambda: cudart._raw_stream()(0),
         "torch.cuda.is_current_stream_capturing()": torch.cuda.is_current_stream_capturing,
         "event.query() (done)": event.query,
         f"cudaMemcpyAsync D2D {nbytes >> 10} KB (ctypes)": lambda: memcpy(dst.data_ptr(), t.data_ptr(), nbytes, 3, stream),
@@ -142,7 +142,7 @@ def copies_only(rec, kernel: bool) -> None:
     import torch
 
     buf = torch.empty(1 << 26, device="cuda", dtype=torch.bfloat16)
-    memcpy, base, cap, at = S._device_memcpy(), buf.data_ptr(), buf.numel() * 2, [0]
+    memcpy, base, cap, at = cudart._device_memcpy(), buf.data_ptr(), buf.numel() * 2, [0]
     raw = torch._C._cuda_getCurrentRawStream
 
     def staged(row, x):

@@ -24,7 +24,7 @@ import profile_record_cuda as P  # this folder, on sys.path (it puts the checkou
 
 import inkling_probe
 from inkling_probe import sink
-from inkling_probe.recorder import staging as S
+from inkling_probe.recorder import cudart
 from bench_record import prune_finished_steps
 
 FW = int(os.environ.get("FW", "4"))
@@ -44,7 +44,7 @@ class Noop:
 def copies_only(rec) -> None:
     """Each probe: one cudaMemcpyAsync into a 128 MB device buffer (wrapping), nothing else."""
     buf = torch.empty(1 << 26, device="cuda", dtype=torch.bfloat16)
-    memcpy, base, cap, at = S._device_memcpy(), buf.data_ptr(), buf.numel() * 2, [0]
+    memcpy, base, cap, at = cudart._device_memcpy(), buf.data_ptr(), buf.numel() * 2, [0]
     raw = torch._C._cuda_getCurrentRawStream
 
     def staged(row, x):

@@ -60,6 +60,19 @@ def spinning_events(stager) -> None:
     stager.record, stager._give_event = record, give
 
 
+class NoWriter:
+    """A drain's writer (drain.py's Writer) that keeps nothing: each buffer goes back at once."""
+
+    def write(self, row, host, done, stats) -> None:
+        done()
+
+    def write_batch(self, rows, host, spans, row_stats, done) -> None:
+        done()
+
+    def free_slot(self, view) -> None:
+        pass
+
+
 def no_writer(rec) -> None:
     """The writer gets nothing; staging goes through pooled pinned buffers (slots of the writer's
     ring would never be freed without it)."""
@@ -69,8 +82,8 @@ def no_writer(rec) -> None:
     for batch in (drain.batch, *drain._open.values()):
         batch.stager = pooled
     drain.stager = pooled
-    drain._write_batch = lambda rows, host, spans, sums, done: done()
-    drain._write = lambda row, host, done, stats: done()
+    pooled.drained_by(drain)
+    drain._writer = NoWriter()
 
 
 def nothing_staged(rec) -> None:
@@ -89,8 +102,8 @@ def bf16_batches_only(rec) -> None:
 
 _DISCARD = """import os
 if os.environ.get("INKLING_BENCH_PARALLEL_WRITES") == "1":  # scripts/bench_record_parts.py only
-    from inkling_probe.store import writer as _w
-    _w.SERIAL_WRITES = False
+    from inkling_probe.store import jobs as _j
+    _j.SERIAL_WRITES = False
 if os.environ.get("INKLING_BENCH_WRITER_DISCARDS") == "1":
     from inkling_probe.store import writer as _w
 

@@ -36,7 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
-ROW, CAPACITY = 1 << 12, 8 << 20  # staging.ROW and StepBatch's capacity (values)
+ROW, CAPACITY = 1 << 12, 8 << 20  # step_batch.ROW and StepBatch's capacity (values)
 
 
 def probe_list() -> list:

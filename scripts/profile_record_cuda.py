@@ -25,10 +25,11 @@ import time
 import torch
 
 from bench_record import cuda_small_model, disk_rate  # this folder, on sys.path
+from bench_record_parts import no_writer  # the writer gets nothing ('drain, no writer')
 
 import inkling_probe  # bench_record put the checkout on sys.path
 from inkling_probe import sink
-from inkling_probe.recorder import recorder as R, staging as S
+from inkling_probe.recorder import drain as D, host_writer as HW, recorder as R, staging as S, step_batch as B
 from inkling_probe.store import writer_process as WP
 
 CALLS: dict = {}  # tag -> [calls, wall ns, cpu ns]
@@ -53,11 +54,11 @@ def timed(owner, name: str, tag: str) -> None:
 def instrument() -> None:
     for owner, name, tag in (
             (R.Recorder, "record", "m.record"), (R.Recorder, "next_step", "m.next_step"),
-            (S.Drain, "_seal", "m.seal"), (S.Drain, "_pump", "m.pump"), (S.Drain, "_handle", "x.handle"), (S.StepBatch, "append", "m.append"), (S.Drain, "flush", "m.flush"),
+            (D.Drain, "_seal", "m.seal"), (D.Drain, "_pump", "m.pump"), (D.Drain, "_handle", "x.handle"), (B.StepBatch, "append", "m.append"), (D.Drain, "flush", "m.flush"),
             (WP.ProcessWriter, "_acks_due", "m.acks_due"),
-            (S.Drain, "_drain_batch", "d.batch"), (S.Drain, "_drain_one", "d.one"),
-            (S.CudaStager, "wait", "d.event_wait"), (R.Recorder, "_write_batch", "d.write_batch"),
-            (R.Recorder, "_write", "d.write_one"), (WP.ProcessWriter, "_send_payload", "d.send")):
+            (D.Drain, "_drain_batch", "d.batch"), (D.Drain, "_drain_one", "d.one"),
+            (S.CudaStager, "wait", "d.event_wait"), (HW.HostWriter, "write_batch", "d.write_batch"),
+            (HW.HostWriter, "write", "d.write_one"), (WP.ProcessWriter, "_send_payload", "d.send")):
         if hasattr(owner, name):
             timed(owner, name, tag)
 
@@ -108,18 +109,6 @@ def snapshot(rec) -> dict:
     snap["others"] = tuple(others)
     snap["calls"] = {k: list(v) for k, v in CALLS.items()}
     return snap
-
-
-def no_writer(rec) -> None:
-    """The writer gets nothing (bench_record_parts.py's 'drain, no writer')."""
-    pooled = S.CudaStager()
-    drain = rec._drain
-    drain.stager.close()
-    for batch in (drain.batch, *drain._open.values()):
-        batch.stager = pooled
-    drain.stager = pooled
-    drain._write_batch = lambda rows, host, spans, sums, done: done()
-    drain._write = lambda row, host, done, stats: done()
 
 
 VARIANTS = {"record() only": ("writer", lambda rec: setattr(rec, "_staged", lambda row, t: None)),

@@ -20,7 +20,7 @@ def Popen(argv, *a, **k):
     return _Popen(argv, *a, **k)
 subprocess.Popen = Popen
 import inkling_probe
-from inkling_probe.recorder import recorder as R, staging as S
+from inkling_probe.recorder import drain as D, host_writer as HW, recorder as R, staging as S
 from inkling_probe.store import writer_process as WP
 from timeline_writer import timed
 
@@ -29,8 +29,8 @@ def wrap(cls, name, tag):
     timed(cls, name, tag, EV)
 
 
-wrap(R.Recorder, "next_step", "m.step"); wrap(S.Drain, "flush", "m.flush"); wrap(WP.ProcessWriter, "_ack", "m.ack")
-wrap(S.Drain, "_drain_batch", "d.batch"); wrap(S.Drain, "_seal", "m.seal"); wrap(S.CudaStager, "wait", "d.wait")
+wrap(R.Recorder, "next_step", "m.step"); wrap(D.Drain, "flush", "m.flush"); wrap(WP.ProcessWriter, "_ack", "m.ack")
+wrap(D.Drain, "_drain_batch", "d.batch"); wrap(D.Drain, "_seal", "m.seal"); wrap(S.CudaStager, "wait", "d.wait")
 wrap(WP.ProcessWriter, "_wait_for_ring", "d.ringwait"); wrap(WP.ProcessWriter, "wait_for_ring_space", "m.ringwait")
 DEV = os.environ.get('DEV', 'cuda')
 def sync():
@@ -39,14 +39,14 @@ NULL = os.environ.get("NULL", "")
 if NULL == "1":  # writer does nothing: done() at once
     def _w(self, row, host, done, stats):
         (done or (lambda: None))()
-    R.Recorder._write = _w
+    HW.HostWriter.write = _w
 if NULL == "2":  # drain does nothing per tensor
     def _db(self, rows, host, token, spans, stats):
         self.stager.wait(token); self.stager.release(token)
-    S.Drain._drain_batch = _db
+    D.Drain._drain_batch = _db
     def _w(self, row, host, done, stats):
         (done or (lambda: None))()
-    R.Recorder._write = _w
+    HW.HostWriter.write = _w
 from inkling_model.config import InklingConfig
 from inkling_model.model import InklingForCausalLM
 torch.manual_seed(0)

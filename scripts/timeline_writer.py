@@ -52,12 +52,12 @@ def timed_jobs(jobs_cls, events: list) -> None:
 
 
 def main() -> None:
-    from inkling_probe.store import writer as W
+    from inkling_probe.store import jobs as J, writer as W
 
     events = []
-    timed_jobs(W._Jobs, events)
+    timed_jobs(J._Jobs, events)
     for cls, name, tag in ((W.SegmentWriter, "add", "w.add"), (W.SegmentWriter, "add_batch", "w.batch"), (W.SegmentWriter, "end_segment", "w.end"),
-                           (W.SegmentWriter, "_finish", "w.finish"), (W._Jobs, "wait", "w.jobswait"),
+                           (W.SegmentWriter, "_finish", "w.finish"), (J._Jobs, "wait", "w.jobswait"),
                            (W.SegmentWriter, "_create_dataset", "w.create")):
         timed(cls, name, tag, events)
     out = os.environ.get("WPROF_OUT", "/tmp")

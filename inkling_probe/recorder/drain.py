@@ -1,16 +1,34 @@
-"""The drain: hands staged tensors (staging.py) to the writer in order, once their copies have
-completed, from a thread of its own or from the recording thread."""
+"""The drain: hands staged tensors (staging.py, step_batch.py) to the writer in order, once their
+copies have completed, from a thread of its own or from the recording thread."""
 from __future__ import annotations
 
 import queue
 import threading
 from collections import deque
+from typing import Protocol
 
 from inkling_probe.errors import DumpError
 from inkling_probe.recorder.cudart import _stream_key
 from inkling_probe.store.batch import once as _once
 
 _STOP = object()
+
+
+class Writer(Protocol):
+    """What a drain hands tensors to (recorder/host_writer.py's HostWriter): called from the drain
+    thread, or from the recording thread where there is none."""
+
+    def write(self, row: dict, host, done, stats) -> None:
+        """Encode host tensor ``host`` and hand it over under ``row``; ``done()`` once it is no longer
+        needed. ``stats``: computed already (a dict), or None."""
+
+    def write_batch(self, rows: list, host, spans: list, row_stats, done) -> None:
+        """A sealed batch (step_batch.py) in one call: ``spans`` (offset, numel, shape) place its
+        tensors in ``host``; ``row_stats``: numpy [4, m] of step_batch.row_stats, or None. ``done()``
+        once, also when it fails."""
+
+    def free_slot(self, view) -> None:
+        """A ring slot that was taken but never queued (interrupted): its space goes back."""
 
 
 class Drain:
@@ -26,22 +44,16 @@ class Drain:
     hands over, at each probe, what has finished copying (a non-blocking event query), and the rest
     at ``flush()``: no second Python thread contends for the GIL with the model's launching thread,
     and the launching thread is never switched out for it (each switch costs it more than the
-    hand-over: scripts/profile_record_cuda.py). Waits for ring space or pinned memory hand over
-    everything queued first (``stager.relieve``), since nothing else would.
+    hand-over: scripts/profile_record_cuda.py). A stager waiting for ring space or pinned memory
+    asks the drain that empties it (:meth:`relieve`, :meth:`cancelled`), since nothing else would
+    free any.
     """
 
-    def __init__(self, stager, write, batch=None, write_batch=None, free_slot=None,
-                 threaded: bool = True):
+    def __init__(self, stager, writer: Writer, batch=None, threaded: bool = True):
         self.stager = stager
-        self._free_slot = free_slot  # free_slot(view): a ring slot that was never queued (interrupted)
-        self.batch = batch  # a StepBatch (staging.py), or None; decides what is batched; open batches are its siblings
+        self._writer = writer
+        self.batch = batch  # a StepBatch (step_batch.py), or None; decides what is batched; open batches are its siblings
         self._open: dict = {}  # dtype -> the open StepBatch of that dtype
-        # write(row, host_tensor, done, stats): encode, hand to the writer; done() once it has it
-        self._write = write
-        # write_batch(rows, host_buffer, spans, row_stats, done): a sealed batch, likewise (with
-        # batch only; row_stats: numpy [4, m] of row_stats, or None); it calls done() once, also
-        # when it fails
-        self._write_batch = write_batch
         self.error: BaseException | None = None
         if threaded:
             self._queue: queue.Queue = queue.Queue()
@@ -51,7 +63,20 @@ class Drain:
             self._items: deque = deque()
             self._thread = None
             self._pumping = False
-            stager.relieve = lambda: self._pump(block=True)
+        drained_by = getattr(stager, "drained_by", None)  # a stager with room to wait for
+        if drained_by is not None:
+            drained_by(self)
+
+    def relieve(self) -> None:
+        """(The stager, waiting for room) Hand over everything queued: without a drain thread nothing
+        else would, and the writer frees room only for what it was sent."""
+        if self._thread is None:
+            self._pump(block=True)
+
+    def cancelled(self) -> BaseException | None:
+        """(The stager, waiting for room) The drain's failure, if any: nothing is sent after it, so
+        the room waited for never comes."""
+        return self.error
 
     def put(self, row: dict, t) -> None:
         """Queue ``t`` (a device tensor) for writing under ``row``."""
@@ -168,8 +193,7 @@ class Drain:
 
     def _drain_free(self, view) -> None:
         try:
-            if self._free_slot is not None:
-                self._free_slot(view)
+            self._writer.free_slot(view)
         except BaseException as e:  # noqa: BLE001 - kept and raised in the recording thread
             self.error = self.error or e
 
@@ -178,7 +202,7 @@ class Drain:
         try:
             self.stager.wait(token)
             if self.error is None:
-                self._write(row, host, done, None)
+                self._writer.write(row, host, done, None)
             else:
                 done()
         except BaseException as e:  # noqa: BLE001 - kept and raised in the recording thread
@@ -198,6 +222,6 @@ class Drain:
             return
         try:  # from here done() is the writer's to call, also when it fails part-way (jobs may
             # still be writing tensors of the batch it took)
-            self._write_batch(rows, host, spans, row_stats, done)
+            self._writer.write_batch(rows, host, spans, row_stats, done)
         except BaseException as e:  # noqa: BLE001
             self.error = self.error or e

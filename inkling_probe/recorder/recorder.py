@@ -16,10 +16,11 @@ import torch
 
 from inkling_probe.errors import DumpError, NothingRecorded, ProbeError, SettingsError
 from inkling_probe.keys import key_problem
+from inkling_probe.recorder.host_writer import HostWriter
 from inkling_probe.recorder.once import Seen
 from inkling_probe.settings import MAX_RANK, Settings, rank_from_env
 from inkling_probe.store import consolidated, schema
-from inkling_probe.store.dtypes import bf16_bits, dtype_name, encode
+from inkling_probe.store.dtypes import dtype_name
 
 
 def current_rank() -> tuple[int, int]:
@@ -90,6 +91,7 @@ class Recorder:
         self._wanted: dict[str, bool] = {}  # name -> passes the include/exclude globs
         self._mutex = threading.RLock()
         self._wlock = threading.Lock()  # writer calls, from this thread and the drain thread
+        self._host_writer = HostWriter(self._wlock, settings.mode)  # this thread's and the drain's writes
         self._stager = stager  # given: every tensor goes through the drain (tests); else CUDA ones only
         self._drain = None
         self._pid = os.getpid()
@@ -126,6 +128,7 @@ class Recorder:
             from inkling_probe.store.writer import SegmentWriter
             _ignore_file_size_signal()
             self._writer = SegmentWriter(s.path, self.rank, self.world_size, **options)
+        self._host_writer.attach(self._writer)
         return self._writer
 
     def step_started(self) -> bool:
@@ -171,6 +174,7 @@ class Recorder:
                         self._drain.stager.close()  # the ring is unregistered before it is unmapped
                     self._drain = None
             writer, self._writer = self._writer or self._spare, None
+            self._host_writer.detach()
             self._spare = None
             try:
                 if writer is not None and self._failed is None:
@@ -203,6 +207,7 @@ class Recorder:
         self._failed = DumpError(f"pid {os.getpid()} is a fork of the recording process {self._pid}: a forked "
                                  "child does not record (start a recording in the child)")
         writer, self._writer, self._spare, self._lock = self._writer, None, None, None
+        self._host_writer.detach()
         self._drain = None  # its thread did not survive the fork
         if hasattr(writer, "detach_after_fork"):
             writer.detach_after_fork()
@@ -219,12 +224,13 @@ class Recorder:
         except ProbeError as e:
             self._fail(e)
         except Exception as e:
-            from inkling_probe.store.writer import why
+            from inkling_probe.store.summarise import why
             self._fail(DumpError(f"{what} in {self.settings.path}: {why(e)}"))
 
     def _fail(self, error: ProbeError):
         self._failed = error
         writer, self._writer = self._writer, None
+        self._host_writer.detach()
         for stop in ("abort", "abandon"):
             if hasattr(writer, stop):
                 getattr(writer, stop)()
@@ -258,7 +264,7 @@ class Recorder:
                 if t.is_cuda or self._stager is not None:
                     self._staged(row, t)
                 else:
-                    self._write(row, t.contiguous(), None, None)
+                    self._host_writer.write(row, t.contiguous(), None, None)
             except Exception as e:  # as _guarded, without its per-probe closure
                 self._guarded(f"recording {name!r}", _raiser(e))
             self._dirty = True
@@ -286,14 +292,14 @@ class Recorder:
         return self._step_selected
 
     def _staged(self, row: dict, t) -> None:
-        """Copy ``t`` to the host asynchronously; the drain thread writes it (staging.py)."""
+        """Copy ``t`` to the host asynchronously; the drain hands it to the writer (drain.py)."""
         if self._drain is None:
-            from inkling_probe.recorder.staging import Drain, StepBatch
+            from inkling_probe.recorder.drain import Drain
+            from inkling_probe.recorder.step_batch import StepBatch
             stager = self._stager or self._device_stager()
             batch = StepBatch(stager, stats=self.settings.mode != "hash") if self._stager is None else None
-            self._drain = Drain(stager, self._write, batch, self._write_batch, self._free_slot,
+            self._drain = Drain(stager, self._host_writer, batch,
                                 threaded=self.mode != "process")  # a message to the writer process: cheap
-            stager.cancelled = lambda: self._drain.error if self._drain is not None else None
         if self._drain.error is not None:
             raise self._drain.error
         self._drain.put(row, t)
@@ -314,49 +320,6 @@ class Recorder:
                 self._writer.claim_ring()  # only now: refused, the ring stays the writer's to use
                 return stager
         return CudaStager()
-
-    def _free_slot(self, view) -> None:
-        """A ring slot taken but never queued (drain thread): the writer frees its space."""
-        with self._wlock:
-            if self._writer is not None:
-                self._writer.free_slot(view)
-
-    def _write(self, row: dict, host, done, stats) -> None:
-        """Encode a host tensor and hand it to the writer (recording thread or drain thread).
-
-        ``done()`` is called once the writer no longer needs ``host`` (None: ``host`` is the model's
-        own tensor, so the writer copies it if it would keep it). ``stats``: the statistics when
-        computed already (on the GPU), else None.
-        """
-        array, row["storage"] = encode(host, row["dtype"])
-        if done is None and row["storage"] != "native":
-            done = _nothing  # encoding made a new array: nobody else holds it
-        if stats is None:
-            stats = self.settings.mode != "hash"
-        store = self.settings.mode == "full"
-        with self._wlock:
-            self._writer.add(row, array, stats=stats, store=store, on_stored=done)
-
-    def _write_batch(self, rows: list, host, spans: list, row_stats, done) -> None:
-        """Hand a sealed batch (staging.py) to the writer in one call (the drain): ``host`` is its
-        float32 or bf16 host buffer, ``spans`` (offset, numel, shape) where each tensor sits in it,
-        ``row_stats`` the buffer's row statistics (numpy [4, m], or None); ``done()`` once the writer
-        no longer needs ``host``. The writer process adds the row statistics up per tensor itself."""
-        used = spans[-1][0] + spans[-1][1] if spans else 0
-        flat = bf16_bits(host[:used]) if host.dtype is torch.bfloat16 else host[:used].numpy()
-        for row in rows:
-            row["storage"] = "native"  # float32 or bf16, each as itself
-        sums, extra = None, {}
-        if row_stats is not None:
-            from inkling_probe.recorder import staging
-            from inkling_probe.store.batch import sums_from_rows
-            if getattr(self._writer, "takes_row_stats", False):  # the writer process adds them up
-                extra = {"row_stats": row_stats, "row_values": staging.ROW}
-            else:
-                sums = sums_from_rows(row_stats, spans, staging.ROW)
-        with self._wlock:
-            self._writer.add_batch(rows, flat, spans, sums, stats=self.settings.mode != "hash",
-                                   store=self.settings.mode == "full", on_stored=done, **extra)
 
     def _guarded_open(self):
         try:
@@ -387,10 +350,6 @@ class Recorder:
             "numel": t.numel(), "meta": _meta_text(meta) if meta else "",
         }
         return row, t
-
-
-def _nothing() -> None:
-    pass
 
 
 def _raiser(error: BaseException):

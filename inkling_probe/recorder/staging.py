@@ -3,39 +3,29 @@
 A probed CUDA tensor is copied into a pinned host buffer with ``non_blocking=True`` on the current
 stream (so after the kernel that produced it, and before anything later on that stream can reuse
 its memory), an event is recorded behind the copy, and the (row, buffer, event) is queued for the
-:class:`Drain`. bf16 stays 2 bytes a value all the way to the file (the store keeps bf16 as itself),
-so the host does no conversion pass. The forward goes on at once; the drain hands each buffer to
+drain (drain.py). bf16 stays 2 bytes a value all the way to the file (the store keeps bf16 as
+itself), so the host does no conversion pass. The forward goes on at once; the drain hands each buffer to
 the writer once its event has completed, in order (with the process writer the recording thread
 itself does, at its next probes; with the inline writer a drain thread); the buffer goes back to
 the pool once the writer has copied or written it (``done``, perhaps from a writer job thread).
 ``step()`` and ``close()`` wait until everything queued is with the writer, so a step is on disk
 when ``step()`` returns, as with synchronous copies.
 
-Float32 and bf16 tensors (nearly everything a model records) are not copied one by one: each is
-copied into a slice of the open device buffer of its dtype (:class:`StepBatch`, one copy a probe,
-issued with the CUDA runtime's ``cudaMemcpyAsync`` where it can). When the buffer fills, the stream
-changes or the step ends, four kernels compute per-row statistics of the whole buffer
-(:func:`row_stats`) and one copy brings buffer and row statistics to pinned host buffers; the drain
-adds each tensor's rows up. So the host never makes a pass over the values for statistics, and the
-recording thread issues one copy per probe (the model is launch-bound: the recording thread's
-launches are what a recorded forward pays for).
+Float32 and bf16 tensors (nearly everything a model records) are not copied one by one: they are
+gathered into device buffers first (step_batch.py), whose copies land in host buffers of the
+stager's (:meth:`CudaStager.batch_host`).
 
 The device parts (pinned buffers, copies, events) sit behind :class:`CudaStager`; tests drive the
 same queue, drain and batches with CPU stand-ins.
 """
 from __future__ import annotations
 
-import functools
 import math
 import threading
 from collections import OrderedDict
 
-from inkling_probe.recorder.cudart import (_DEVICE_TO_DEVICE, _check_cuda, _clear_cuda_error, _current_device,
-                                           _current_stream, _device_memcpy, _on_stream,
-                                           _stream_key)
-from inkling_probe.recorder.drain import Drain  # noqa: F401 - re-exported (its home before the split)
-
-_UNSET = object()  # an argument not given (None is a CPU tensor's stream key)
+from inkling_probe.recorder.cudart import _clear_cuda_error
+from inkling_probe.recorder.step_batch import _aligned, _pow2
 
 
 class CudaStager:
@@ -52,7 +42,13 @@ class CudaStager:
         self._room = threading.Condition()
         self._side: dict = {}  # device -> the stream batches are summarised and copied out on
         self.unqueued: list = []  # ring slots taken since the drain last queued an item (RingStager)
-        self.relieve = None  # called before waiting for room: hands queued items over (an unthreaded Drain)
+        self._drain = None  # the drain that empties this stager (drained_by), asked while waiting for room
+
+    def drained_by(self, drain) -> None:
+        """``drain`` (drain.py's Drain) hands what this stager staged to the writer: a wait for room
+        asks it to hand over what it holds (``drain.relieve()``) and ends on its failure
+        (``drain.cancelled()``, the ring's wait)."""
+        self._drain = drain
 
     def side_stream(self, device):
         """The stream a sealed batch's statistics and copy to the host run on, one per device: the
@@ -147,9 +143,9 @@ class CudaStager:
         nbytes = math.prod(shape) * dtype.itemsize
         with self._room:
             while wait and self._outstanding + nbytes > self.limit and self._outstanding:
-                if self.relieve is not None:  # no drain thread: hand everything queued over
+                if self._drain is not None:  # without a drain thread: everything queued handed over
                     before = self._outstanding
-                    self.relieve()  # (the lock is reentrant: release() takes it too)
+                    self._drain.relieve()  # (the lock is reentrant: release() takes it too)
                     if self._outstanding < before:
                         continue
                 self._room.wait(0.01)  # the drain thread (or a writer job) frees buffers as it writes
@@ -172,15 +168,14 @@ class RingStager(CudaStager):
 
     ``ring`` is a :class:`~inkling_probe.store.ring.RingWriter` claimed from the process writer
     (so only these slots go through it, in the order they are queued); ``wait`` is called while the
-    ring is full (it raises if the writer died); ``cancelled()`` returns the drain's failure, if any,
-    so a wait for space that a failed drain can never free ends. Small tensors, tensors whose stored
-    form is not their bytes (8-bit floats) and anything too large for the ring use pooled buffers.
+    ring is full (it raises if the writer died); a wait for space ends on the drain's failure
+    (:meth:`drained_by`), which nothing would free. Small tensors, tensors whose stored form is not
+    their bytes (8-bit floats) and anything too large for the ring use pooled buffers.
     """
 
     def __init__(self, ring, wait, limit_bytes: int = 1 << 30):
         super().__init__(limit_bytes)
         self.ring, self._wait = ring, wait
-        self.cancelled = lambda: None
         self.min_bytes = 64 << 10
         self._address = ring.address()
         _host_register(self._address, ring.mapped_bytes())  # OSError: the caller stages as before
@@ -197,11 +192,12 @@ class RingStager(CudaStager):
         return torch.from_numpy(view).view(dtype)
 
     def _wait_for_space(self) -> None:
-        failure = self.cancelled()
-        if failure is not None:
-            raise failure
-        if self.relieve is not None:
-            self.relieve()  # the writer can only free space for what it was sent
+        drain = self._drain
+        if drain is not None:
+            failure = drain.cancelled()
+            if failure is not None:
+                raise failure
+            drain.relieve()  # the writer can only free space for what it was sent
         self._wait()
 
     def batch_host(self, dtype, used: int, capacity: int):
@@ -246,160 +242,8 @@ def _host_unregister(address: int) -> None:
         _clear_cuda_error()
 
 
-
-class StepBatch:
-    """Consecutive probes of one dtype (float32 or bf16) in one device buffer of ``capacity`` values.
-
-    Each tensor starts at a multiple of :data:`ROW` values (the gap after it is zeros), so the buffer
-    reads as [rows, ROW] and no row holds two tensors: :meth:`seal` reduces each row with a handful
-    of kernels (:func:`row_stats`, no per-tensor launches) and the drain adds a tensor's rows up on
-    the host (store.batch.sums_from_rows). :meth:`append` queues one copy kernel; :meth:`seal` queues
-    the statistics and the copy of everything to one pinned host buffer, and returns what the
-    drain needs.
-    """
-
-    def __init__(self, stager, capacity: int = 8 << 20, stats: bool = True):
-        self.stager, self.capacity, self.stats = stager, capacity, stats
-        self.rows: list[dict] = []
-        self._spans: list[tuple] = []  # (offset, numel, shape) of each tensor in the buffer
-        self._used = 0  # values taken, gaps included: a multiple of ROW
-        self._buffer = None  # [capacity] float32 or bf16 on the batch's device
-        self._stream = None  # the stream the batch's copies were queued on
-        self._stream_key = None
-        self._memcpy = None  # the runtime's cudaMemcpyAsync for this batch's copies (CUDA, else None)
-        self._base, self._itemsize = 0, 0  # the buffer's device address and value size
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def sibling(self) -> "StepBatch":
-        """An empty batch with this one's stager, capacity and statistics setting."""
-        return StepBatch(self.stager, self.capacity, self.stats)
-
-    def takes(self, t) -> bool:
-        """Can ``t`` ever go into a batch (float32 or bf16, not empty, at most half the buffer)?"""
-        return t.dtype in _batched() and 0 < t.numel() <= self.capacity // 2
-
-    def takes_alone(self, t) -> bool:
-        """Too large to share the buffer, but a batch of its own (statistics on the device)? Up to
-        ``capacity`` values, so its device copy and the statistics' float64 temporary take no more
-        device memory than a full batch's; larger tensors are copied to the host one by one."""
-        return t.dtype in _batched() and self.capacity // 2 < t.numel() <= self.capacity
-
-    def fits(self, t, key=_UNSET) -> bool:
-        """Can ``t`` join the open batch now (room, same dtype, device and stream)? ``key``:
-        ``_stream_key(t)`` when the caller has it (the per-probe path asks once)."""
-        if not self.rows:
-            return True
-        return (self._used + t.numel() <= self.capacity and t.dtype == self._buffer.dtype
-                and (_stream_key(t) if key is _UNSET else key) == self._stream_key)
-
-    def append(self, row: dict, t, key=_UNSET) -> None:
-        """Queue the copy of ``t`` into the buffer under ``row`` (``key``: as for :meth:`fits`)."""
-        if key is _UNSET:
-            key = _stream_key(t)
-        if not self.rows:  # zeros: the gaps between tensors add nothing to a row's statistics
-            import torch
-
-            self._buffer = torch.zeros(_aligned(self.capacity), dtype=t.dtype, device=t.device)
-            self._stream, self._stream_key, self._used = _current_stream(t), key, 0
-            self._memcpy = _device_memcpy() if t.is_cuda else None
-            self._base, self._itemsize = self._buffer.data_ptr(), t.element_size()
-        n, at, shape = t.numel(), self._used, tuple(t.shape)
-        if self._memcpy is not None and key[0] == _current_device() and t.is_contiguous():
-            size = self._itemsize  # one copy on the stream, without torch's dispatch (~15 us a probe)
-            _check_cuda(self._memcpy(self._base + at * size, t.data_ptr(), n * size, _DEVICE_TO_DEVICE,
-                                     self._stream_key[1]))
-        else:  # one kernel: gather (as_strided: a third of slice-and-view's Python cost)
-            self._buffer.as_strided(shape, _contiguous_strides(shape), at).copy_(t)
-        self._spans.append((at, n, shape))
-        self._used = -(-(at + n) // ROW) * ROW  # _aligned, inline: once a probe
-        self.rows.append(row)
-
-    def seal(self):
-        """Queue statistics and the copy to the host: (rows, host buffer, token, spans, row stats or None).
-
-        ``row stats`` is a host [4, m] float64 tensor, :func:`row_stats` of the buffer's m rows,
-        valid once the token's event is (store.batch.sums_from_rows makes them per tensor). None for a
-        batch of fewer than :data:`DEVICE_STATS_MIN` values (the writer computes them).
-        """
-        import torch
-
-        rows, spans, used = self.rows, self._spans, self._used
-        side = None
-        if self._stream is not None:  # CUDA: the rest on the side stream, after what is queued so far
-            side = self.stager.side_stream(self._buffer.device)
-            self.stager.order_after(side, self._stream)
-            self._buffer.record_stream(side)  # not reused by the model's stream until side is done
-        with _on_stream(side):
-            host, pooled = self.stager.batch_host(self._buffer.dtype, used, self.capacity)
-            host[:used].copy_(self._buffer[:used], non_blocking=True)
-            hosts, stats = [host] if pooled else [], None
-            if self.stats and used >= DEVICE_STATS_MIN:  # smaller: the writer's host pass is cheaper
-                m = used // ROW
-                pinned = self.stager.take(torch.float64, (_pow2(4 * m),), wait=False)
-                stats = pinned[: 4 * m].view(4, m)
-                stats.copy_(row_stats(self._buffer[:used].view(m, ROW)), non_blocking=True)
-                hosts.append(pinned)
-            token = (self.stager.record(), hosts)
-        self.rows, self._spans, self._used, self._buffer, self._stream = [], [], 0, None, None
-        return rows, host, token, spans, stats
-
-
-@functools.cache
-def _batched() -> tuple:
-    """The dtypes batches take: float32 and bfloat16 (torch is imported lazily)."""
-    import torch
-
-    return torch.float32, torch.bfloat16
-
-
-def _pow2(n: int) -> int:
-    """The smallest power of two >= ``n`` (1 for n <= 1): few distinct pinned buffer sizes, reused."""
-    return 1 << (max(n, 1) - 1).bit_length()
-
-
 def _bucket(used: int, capacity: int) -> int:
     """The host buffer size for ``used`` values: the next power of two (at least 64K), at most
     ``capacity`` (rounded up to whole rows); few distinct sizes, so pinned buffers are reused, and a
     small batch pins little."""
     return min(_aligned(capacity), max(1 << 16, _pow2(used)))
-
-
-DEVICE_STATS_MIN = 1 << 16  # a batch of fewer values leaves its statistics to the writer (a few
-# kernel launches cost the launch-bound model more than the writer's pass over a few KB)
-ROW = 1 << 12  # values a statistics row holds: tensors start at multiples of it in a batch's buffer
-
-
-@functools.lru_cache(maxsize=1024)
-def _contiguous_strides(shape: tuple) -> tuple:
-    """The strides of a contiguous tensor of ``shape`` (a model probes a few shapes: made once each)."""
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
-
-
-def _aligned(n: int) -> int:
-    """``n`` rounded up to whole rows."""
-    return -(-n // ROW) * ROW
-
-
-def row_stats(x):
-    """Per row of [m, R] float32 or bf16 ``x``: [4, m] float64 of the sum, the 2-norm (the root of
-    the sum of squares), the min and the max.
-
-    Four kernels whatever the number of tensors in the buffer (the launch-bound recording thread pays
-    per launch; per-tensor reductions cost it ~10 ms a forward), and one float64 copy of ``x``.
-    Sums in float64: no overflow, ~1e-16 rounding, deterministic. A row holding a NaN or an infinity
-    has a non-finite norm; its tensor's statistics are left to the writer (store.batch.sums_from_rows).
-    """
-    import torch
-
-    out = torch.empty((4, x.shape[0]), dtype=torch.float64, device=x.device)
-    wide = x.double()  # once: a reduction's dtype= would make its own float64 copy each
-    torch.sum(wide, 1, out=out[0])
-    torch.linalg.vector_norm(wide, 2, dim=1, out=out[1])
-    torch.aminmax(wide, dim=1, out=(out[2], out[3]))  # the float64 copy's extremes are x's, exactly
-    return out

@@ -1,7 +1,7 @@
 """A batch: several tensors of one stored dtype laid end to end in one flat array.
 
 The recorder gathers a stretch of float32/bf16 CUDA tensors into one device buffer and brings it to
-the host in one copy (staging.py); the writer gets the whole batch in one call
+the host in one copy (recorder/step_batch.py); the writer gets the whole batch in one call
 (``add_batch``), so the recording process pays one hand-over per batch, not one per tensor. Here:
 splitting a batch back into its tensors, and the countdown that frees the batch's buffer once the
 writer has stored the last of them.
@@ -49,7 +49,7 @@ def split(rows: list, flat: np.ndarray, spans: list, sums: np.ndarray | None, st
 
 def sums_from_rows(rows: np.ndarray, spans: list, row: int) -> np.ndarray:
     """[k, 5] float64 per tensor of a batch, from its buffer's row statistics (numpy [4, m]: each
-    row's sum, 2-norm, min and max, staging.row_stats): the sum, sum of squares and absmax, and 0
+    row's sum, 2-norm, min and max, step_batch.row_stats): the sum, sum of squares and absmax, and 0
     non-finite values and 0 NaNs; ``spans`` (offset, numel, shape) place each tensor at the start of
     a row of ``row`` values, its rows running to the next tensor's.
 

@@ -150,7 +150,7 @@ def summary(finite: int, total: float, sq: float, absmax: float, nan: int, inf: 
 
 
 def summary_from_sums(numel: int, total: float, sq: float, absmax: float, nonfinite: float, nan: float) -> dict:
-    """Statistics from sums over the finite values computed elsewhere (on the GPU, staging.py)."""
+    """Statistics from sums over the finite values computed elsewhere (on the GPU, recorder/step_batch.py)."""
     nonfinite, nan = int(nonfinite), int(nan)
     return summary(numel - nonfinite, float(total), float(sq), float(absmax), nan, nonfinite - nan)
 

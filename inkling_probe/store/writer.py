@@ -13,11 +13,9 @@ part is one dataset, and its tensors' bytes go to it by ``pwritev`` straight fro
 (no copy), so a GPU step of ~150 tensors creates ~15 datasets, not ~120.
 
 A tensor with a dataset of its own is written in two parts: the HDF5 file gets the dataset with its
-space allocated at once (``_create_allocated``), and a job computes the hash and statistics and
-``pwrite``s the bytes to that space. Jobs run on a few threads where the machine has cores to spare
-(:func:`default_workers`); hashing, numpy reductions and ``pwrite`` release the GIL, so one step's
-large tensors are summarised in parallel; their writes into the segment take turns (the kernel
-serialises them on the file anyway). HDF5 itself is called from one thread only.
+space allocated at once (``_create_allocated``), and a job (store/jobs.py) computes the hash and
+statistics and ``pwrite``s the bytes to that space, on a job thread where the machine has cores to
+spare. HDF5 itself is called from one thread only.
 
 A step's large writes are spread over *lanes*: once a segment holds ``_LANE_MIN_BYTES``, further
 batch parts and own datasets go to the lane (segment file) with the fewest bytes so far, so job
@@ -33,14 +31,10 @@ This module imports numpy and h5py only: it runs inside the writer process (writ
 """
 from __future__ import annotations
 
-import contextlib
-import errno
 import operator
 import os
 import tempfile
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import h5py
 import numpy as np
@@ -48,7 +42,8 @@ import numpy as np
 from inkling_probe.errors import DumpError
 from inkling_probe.store import schema
 from inkling_probe.store.batch import Countdown, add_each, split
-from inkling_probe.store.diskio import _in_memory, _pwrite_all, _pwritev_all
+from inkling_probe.store.diskio import _in_memory
+from inkling_probe.store.jobs import _Jobs, default_workers
 from inkling_probe.store.refs import Refs
 from inkling_probe.store.segment_file import (_allocated_dcpl, _close_lane, _create_allocated, _create_compressed,
                                               _create_contiguous, _Lane, _Pack, _pack_kind, _same_pack,
@@ -58,23 +53,12 @@ from inkling_probe.store.summarise import _failed, _summarise, why
 _GZIP_MIN_BYTES = 1 << 20
 _PACK_PART_BYTES = 1 << 20
 _BATCH_PART_BYTES = 4 << 20  # a batch's tensors are packed into parts of up to this many bytes
-_MAX_WORKERS = 4
-SERIAL_WRITES = True  # job threads take turns at pwrite (see _Jobs); False: each writes at once
 _LANE_MIN_BYTES = 8 << 20  # a segment's bytes before its large writes spread over a second file
-_SPLIT_BYTES = 4 << 20  # a tensor this large is hashed and written by two job threads at once (the
-# logits, last in a forward, are most of a step's tail: ~1.3 ms of hashing off it per 16 MB)
 
 
 def default_lanes(workers: int) -> int:
     """Segment files a step's large writes spread over: two where two job threads can write at once."""
     return 2 if workers >= 2 else 1
-
-
-def default_workers() -> int:
-    """Job threads for this process: none on one or two cores (the model needs them), else up to 4."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(0, min(_MAX_WORKERS, cores - 2))
-
 
 
 class SegmentWriter:
@@ -404,168 +388,3 @@ class SegmentWriter:
             self.end_segment(complete_through_step)
         finally:
             self._jobs.shutdown()
-
-
-_FALLOCATE = [None]  # libc's fallocate, found once; False where there is none or it is not supported
-
-
-def _reserve_blocks(fd: int, offset: int, nbytes: int) -> None:
-    """Allocate a dataset's blocks before its ``pwrite`` (Linux ``fallocate``): a buffered write
-    into allocated blocks skips block allocation (16 MB into a new file: 4.5-6.7 ms -> 3.3-3.5 ms
-    on an H200 host's /tmp, 5.4 -> 3.4 ms on ext4 here), and a full disk fails here, before any
-    byte is written. Where the file system has no ``fallocate`` (EOPNOTSUPP) this is skipped from
-    then on; glibc's ``posix_fallocate`` is not used: it would emulate it by writing zeros. Not
-    called on tmpfs (:func:`_in_memory`, asked once a segment: an ``fstat`` a write cost a
-    small CPU forward (161 writes) ~7 ms under cProfile, on a loaded 2-core machine)."""
-    import ctypes
-
-    call = _FALLOCATE[0]
-    if call is None:
-        try:
-            call = ctypes.CDLL(None, use_errno=True).fallocate  # the C library this process runs
-            call.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-        except (OSError, AttributeError):
-            call = False
-        _FALLOCATE[0] = call
-    if call is False:
-        return
-    while call(fd, 0, offset, nbytes) != 0:
-        code = ctypes.get_errno()
-        if code != errno.EINTR:
-            break
-    else:
-        return
-    if code in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
-        _FALLOCATE[0] = False  # not this file system: plain writes
-        return
-    raise OSError(code, os.strerror(code))
-
-
-class _Jobs:
-    """Summarise-and-write jobs for large tensors: on ``workers`` threads, or at once with none.
-
-    The first failure is kept (as a one-line message naming the key) and raised by the next
-    :meth:`check` or :meth:`wait`; jobs queued after it are skipped.
-    """
-
-    def __init__(self, workers: int):
-        self.workers = workers
-        self._pool: ThreadPoolExecutor | None = None
-        self._futures: list = []
-        self._error: str | None = None
-        self._lock = threading.Lock()
-        # one file's writes go one at a time (each lane's file its own turn): hashing and statistics
-        # run side by side, but writes into one file serialise on its inode lock in the kernel, and waiting there costs CPU (the
-        # writer process of an H200 GPU forward: 60-90 ms of CPU with four threads writing at
-        # once, 35-48 ms taking turns; scripts/bench_record_parts.py, "parallel writes")
-        self._io_locks: dict = {}  # file descriptor -> the lock its writes take turns at
-        self.reserve = True  # fallocate before writing (the segment's writer sets it: not on tmpfs)
-
-    def submit(self, row: dict, array: np.ndarray, fd: int, offset: int, stats: bool, folder: str,
-               on_stored) -> None:
-        if not self.workers:
-            self._run(row, array, fd, offset, stats, folder, on_stored)
-            self.check()
-            return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="inkling-probe-write")
-        if self.workers >= 2 and array.nbytes >= _SPLIT_BYTES:  # hash and write side by side
-            left = Countdown(2, on_stored)
-            self._futures.append(self._pool.submit(self._run, row, array, fd, offset, stats, folder, left.one,
-                                                   write=False))
-            self._futures.append(self._pool.submit(self._run, row, array, fd, offset, stats, folder, left.one,
-                                                   summarise=False))
-        else:
-            self._futures.append(self._pool.submit(self._run, row, array, fd, offset, stats, folder, on_stored))
-        if len(self._futures) > 256:
-            self._futures = [f for f in self._futures if not f.done()]
-
-    def submit_part(self, part: list, fd: int, offset: int, folder: str, one_stored) -> None:
-        """Hash and summarise a pack part's tensors [(row, array, stats)] and write them back to back
-        at ``offset``; ``one_stored()`` once per tensor when done with it (also after a failure)."""
-        if not self.workers:
-            self._run_part(part, fd, offset, folder, one_stored)
-            self.check()
-            return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="inkling-probe-write")
-        self._futures.append(self._pool.submit(self._run_part, part, fd, offset, folder, one_stored))
-        if len(self._futures) > 256:
-            self._futures = [f for f in self._futures if not f.done()]
-
-    def _run_part(self, part: list, fd: int, offset: int, folder: str, one_stored) -> None:
-        try:
-            if self._error is None:
-                for row, array, stats in part:
-                    _summarise(row, array, stats)
-                views = [memoryview(np.ascontiguousarray(a)).cast("B") for _, a, _ in part]
-                with self._io(fd):
-                    if self.reserve:
-                        _reserve_blocks(fd, offset, sum(len(v) for v in views))
-                    _pwritev_all(fd, views, offset)
-        except Exception as e:
-            with self._lock:
-                self._error = self._error or _failed(part[0][0], folder, e)  # the part's first tensor
-        finally:
-            for _ in part:
-                one_stored()
-
-    def _run(self, row, array, fd, offset, stats, folder, on_stored, summarise=True, write=True) -> None:
-        """Hash and summarise the tensor, and write its bytes at ``offset`` (or one of the two)."""
-        try:
-            if self._error is None:
-                if summarise and write and array.size:
-                    self._summarise_and_write(row, array, stats, fd, offset)
-                elif summarise:
-                    _summarise(row, array, stats)
-                elif write and array.size:
-                    with self._io(fd):
-                        if self.reserve:
-                            _reserve_blocks(fd, offset, array.nbytes)
-                        _pwrite_all(fd, memoryview(np.ascontiguousarray(array)).cast("B"), offset)
-        except Exception as e:
-            with self._lock:
-                self._error = self._error or _failed(row, folder, e)
-        finally:
-            if on_stored is not None:
-                on_stored()
-
-    def _summarise_and_write(self, row, array, stats, fd: int, offset: int) -> None:
-        """Hash, summarise and write the tensor in one pass over its memory, chunk by chunk (each
-        chunk written while it is in the cache); the writes take turns as whole writes do."""
-        if self.reserve:
-            with self._io(fd):
-                _reserve_blocks(fd, offset, array.nbytes)
-
-        def write(view, at):
-            with self._io(fd):
-                _pwrite_all(fd, view, offset + at)
-        _summarise(row, array, stats, write)
-
-    def _io(self, fd: int):
-        """The turn to write into ``fd``'s file (no turns with SERIAL_WRITES off)."""
-        if not SERIAL_WRITES:
-            return contextlib.nullcontext()
-        lock = self._io_locks.get(fd)
-        if lock is None:
-            with self._lock:
-                lock = self._io_locks.setdefault(fd, threading.Lock())
-        return lock
-
-    def check(self) -> None:
-        if self._error is not None:
-            raise DumpError(self._error)
-
-    def wait(self, raise_error: bool = True) -> None:
-        """Wait for every submitted job; then raise the first failure (unless told not to)."""
-        futures, self._futures = self._futures, []
-        for f in futures:
-            f.result()  # _run catches everything: this only waits
-        if raise_error:
-            self.check()
-
-    def shutdown(self) -> None:
-        self.wait(raise_error=False)
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None

@@ -139,7 +139,7 @@ class ProcessWriter:
         """Send a batch's tensors (store/batch.py) in one message: ``flat``'s bytes are copied into
         the ring (or the pipe) once, and the writer splits them; ``on_stored()`` once copied (or
         the send failed). ``row_stats``: instead of ``sums``, the batch buffer's [4, m] row statistics
-        (staging.row_stats) over rows of ``row_values`` values, which the writer process adds up per
+        (step_batch.row_stats) over rows of ``row_values`` values, which the writer process adds up per
         tensor (store.batch.sums_from_rows) rather than the recording thread."""
         header = {"op": "batch", "rows": rows, "spans": spans, "stats": stats, "store": store,
                   "sums": None if sums is None else np.ascontiguousarray(sums, dtype=np.float64).tobytes(),

@@ -1,5 +1,6 @@
-"""The asynchronous device-to-host path (staging.py), run on CPU: the real queue, drain thread and
-pinned-buffer pool, with the device parts (copy engine, events, pinned allocation) stood in for."""
+"""The asynchronous device-to-host path (staging.py, step_batch.py, drain.py), run on CPU: the real
+queue, drain thread and pinned-buffer pool, with the device parts (copy engine, events, pinned
+allocation) stood in for."""
 import os
 import threading
 import time
@@ -10,8 +11,9 @@ import torch
 
 import inkling_probe
 from inkling_probe import settings, sink
-from inkling_probe.recorder import staging
+from inkling_probe.recorder import staging, step_batch
 from inkling_probe.errors import DumpError
+from inkling_probe.recorder.drain import Drain
 from inkling_probe.recorder.recorder import Recorder
 
 
@@ -243,8 +245,8 @@ def batched_recording(path, monkeypatch, capacity=4096, writer="inline", device_
     """The real CudaStager, StepBatch and Drain on CPU tensors (events and pinning stood in for);
     ``device_stats``: every batch's statistics from row_stats (else small ones from the writer)."""
     if device_stats:
-        monkeypatch.setattr(staging, "DEVICE_STATS_MIN", 0)
-    monkeypatch.setattr(staging, "ROW", 16)  # several tensors a batch, several rows a tensor
+        monkeypatch.setattr(step_batch, "DEVICE_STATS_MIN", 0)
+    monkeypatch.setattr(step_batch, "ROW", 16)  # several tensors a batch, several rows a tensor
     fake_events(monkeypatch)
     real_empty = torch.empty
     monkeypatch.setattr(torch, "empty", lambda *a, pin_memory=False, **k: real_empty(*a, **k))
@@ -252,8 +254,8 @@ def batched_recording(path, monkeypatch, capacity=4096, writer="inline", device_
     rec = sink.active_recorder()
     stager = staging.CudaStager()
     rec._stager = stager
-    batch = staging.StepBatch(stager, capacity=capacity, stats=rec.settings.mode != "hash")
-    rec._drain = staging.Drain(stager, rec._write, batch, rec._write_batch)
+    batch = step_batch.StepBatch(stager, capacity=capacity, stats=rec.settings.mode != "hash")
+    rec._drain = Drain(stager, rec._host_writer, batch)
     return rec, stager
 
 
@@ -374,7 +376,7 @@ def test_batches_in_hash_mode_skip_statistics(tmp_path, monkeypatch):
 
 
 def test_a_batch_write_failure_surfaces_and_gives_every_buffer_back(tmp_path, monkeypatch):
-    from inkling_probe.store import writer
+    from inkling_probe.store import diskio
     from inkling_probe.store.writer import SegmentWriter
 
     rec, stager = batched_recording(tmp_path / "d", monkeypatch)
@@ -384,7 +386,7 @@ def test_a_batch_write_failure_surfaces_and_gives_every_buffer_back(tmp_path, mo
     def full(*a, **k):
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(SegmentWriter, "_add", full)  # a tensor alone
-    monkeypatch.setattr(writer, "_pwritev_all", full)  # a batch's pack part
+    monkeypatch.setattr(diskio, "_pwritev_all", full)  # a batch's pack part
     for i in range(5):
         inkling_probe.probe("x", torch.ones(4))
     with pytest.raises(DumpError) as e:
@@ -403,8 +405,8 @@ def ring_recording(path, monkeypatch, ring_bytes=64 << 10, threaded=True):
     from inkling_probe.store import writer_process
 
     monkeypatch.setattr(writer_process, "_RING_BYTES", ring_bytes)
-    monkeypatch.setattr(staging, "ROW", 16)
-    monkeypatch.setattr(staging, "DEVICE_STATS_MIN", 0)
+    monkeypatch.setattr(step_batch, "ROW", 16)
+    monkeypatch.setattr(step_batch, "DEVICE_STATS_MIN", 0)
     fake_events(monkeypatch)
     registered = []
     monkeypatch.setattr(staging, "_host_register", lambda address, n: registered.append((address, n)))
@@ -419,9 +421,7 @@ def ring_recording(path, monkeypatch, ring_bytes=64 << 10, threaded=True):
     assert isinstance(stager, staging.RingStager) and registered == [(stager.ring.address(), stager.ring.mapped_bytes())]
     stager.min_bytes = 1  # these small tensors too
     rec._stager = stager
-    rec._drain = staging.Drain(stager, rec._write, staging.StepBatch(stager, capacity=2048), rec._write_batch,
-                               rec._free_slot, threaded=threaded)
-    stager.cancelled = lambda: rec._drain.error
+    rec._drain = Drain(stager, rec._host_writer, step_batch.StepBatch(stager, capacity=2048), threaded=threaded)
     return rec, stager, registered
 
 
@@ -594,7 +594,14 @@ def test_a_wait_for_ring_space_ends_when_the_drain_has_failed():
     finally:
         staging._host_register = real_register
     failure = DumpError("recording 'x' (step 0) in d: no space left on the device (disk full)")
-    stager.cancelled = lambda: failure
+
+    class FailedDrain:
+        def relieve(self):
+            pass
+
+        def cancelled(self):
+            return failure
+    stager.drained_by(FailedDrain())
     with pytest.raises(DumpError) as e:
         stager.batch_host(torch.float32, 1 << 16, 1 << 20)
     assert e.value is failure
@@ -608,7 +615,7 @@ def test_row_statistics_add_up_to_each_tensors_statistics(monkeypatch, row):
     from inkling_probe.store.batch import sums_from_rows
     from inkling_probe.store.stats import array_stats, summary_from_sums
 
-    monkeypatch.setattr(staging, "ROW", row)
+    monkeypatch.setattr(step_batch, "ROW", row)
     g = torch.Generator().manual_seed(0)
     parts = [torch.randn(100, generator=g), torch.tensor([float("nan"), 1.0, -3.0]), torch.tensor([-7.0]),
              torch.tensor([float("inf")] * 4), torch.randn(1, generator=g) * 1e38, torch.tensor([-2.5e38, 3e38]),
@@ -616,11 +623,11 @@ def test_row_statistics_add_up_to_each_tensors_statistics(monkeypatch, row):
     spans, at = [], 0
     for p in parts:
         spans.append((at, p.numel(), tuple(p.shape)))
-        at = staging._aligned(at + p.numel())
+        at = step_batch._aligned(at + p.numel())
     buffer = torch.zeros(at)
     for (offset, n, _), p in zip(spans, parts):
         buffer[offset: offset + n] = p
-    rows = staging.row_stats(buffer.view(-1, row))
+    rows = step_batch.row_stats(buffer.view(-1, row))
     assert tuple(rows.shape) == (4, at // row) and rows.dtype is torch.float64
     sums = sums_from_rows(rows.numpy(), spans, row)
     assert tuple(sums.shape) == (len(parts), 5)
@@ -636,11 +643,11 @@ def test_row_statistics_add_up_to_each_tensors_statistics(monkeypatch, row):
 
 
 def test_the_batch_buffer_puts_each_tensor_at_a_row_start_with_zeros_between(monkeypatch):
-    monkeypatch.setattr(staging, "ROW", 8)
+    monkeypatch.setattr(step_batch, "ROW", 8)
     fake_events(monkeypatch)
     real_empty = torch.empty
     monkeypatch.setattr(torch, "empty", lambda *a, pin_memory=False, **k: real_empty(*a, **k))
-    batch = staging.StepBatch(staging.CudaStager(), capacity=64)
+    batch = step_batch.StepBatch(staging.CudaStager(), capacity=64)
     a, b = torch.arange(1.0, 4.0), torch.arange(1.0, 19.0).view(3, 6)[:, 1:5]  # b: a non-contiguous view
     batch.append({"key": "a"}, a)
     assert batch.fits(b) and batch._used == 8

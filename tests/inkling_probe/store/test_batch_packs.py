@@ -9,7 +9,7 @@ import pytest
 
 import inkling_probe
 from inkling_probe.errors import DumpError
-from inkling_probe.store import schema, writer
+from inkling_probe.store import diskio, schema
 from inkling_probe.store.stats import array_stats, bf16_bits_to_float32, content_hash
 from inkling_probe.store.writer import SegmentWriter
 
@@ -101,7 +101,7 @@ def test_a_segment_limit_inside_a_batch_keeps_each_part_in_its_segment(tmp_path)
 def test_a_failed_part_write_is_one_line_and_every_callback_comes_once(tmp_path, monkeypatch):
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(writer, "_pwritev_all", full)
+    monkeypatch.setattr(diskio, "_pwritev_all", full)
     flat, spans = batch(SHAPES[:4])
     rows = [row(f"t{i}", s, seq=i) for i, (_, _, s) in enumerate(spans)]
     stored = []
@@ -114,11 +114,11 @@ def test_a_failed_part_write_is_one_line_and_every_callback_comes_once(tmp_path,
 
 
 def test_pwritev_finishes_a_short_write(tmp_path, monkeypatch):
-    real = writer.os.pwritev
-    monkeypatch.setattr(writer.os, "pwritev", lambda fd, views, offset: real(fd, [views[0][:3]], offset))
+    real = diskio.os.pwritev
+    monkeypatch.setattr(diskio.os, "pwritev", lambda fd, views, offset: real(fd, [views[0][:3]], offset))
     path = tmp_path / "f"
     with open(path, "wb") as f:
-        writer._pwritev_all(f.fileno(), [memoryview(b"abcdef"), memoryview(b"gh"), memoryview(b"ijk")], 2)
+        diskio._pwritev_all(f.fileno(), [memoryview(b"abcdef"), memoryview(b"gh"), memoryview(b"ijk")], 2)
     assert path.read_bytes() == b"\0\0abcdefghijk"
 
 

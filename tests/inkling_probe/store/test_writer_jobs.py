@@ -1,4 +1,4 @@
-"""Large tensors hashed, summarised and written by job threads (store/writer.py ``_Jobs``)."""
+"""Large tensors hashed, summarised and written by job threads (store/jobs.py ``_Jobs``)."""
 import errno
 import os
 import threading
@@ -93,16 +93,16 @@ def test_a_job_failure_is_one_line_naming_the_key_and_nothing_is_renamed(tmp_pat
 
 
 def test_a_large_tensor_is_hashed_and_written_by_two_jobs_and_freed_once_both_are_done(tmp_path, monkeypatch):
-    from inkling_probe.store import writer as W
+    from inkling_probe.store import jobs
 
-    monkeypatch.setattr(W, "_SPLIT_BYTES", 1 << 18)
+    monkeypatch.setattr(jobs, "_SPLIT_BYTES", 1 << 18)
     parts = []
-    real_run = W._Jobs._run
+    real_run = jobs._Jobs._run
 
     def run(self, *a, **k):
         parts.append((k.get("summarise", True), k.get("write", True)))
         return real_run(self, *a, **k)
-    monkeypatch.setattr(W._Jobs, "_run", run)
+    monkeypatch.setattr(jobs._Jobs, "_run", run)
     data = arrays(6)
     stored = []
     write(tmp_path / "split", 2, data, on_stored=lambda: stored.append(1))
@@ -129,25 +129,25 @@ def fake_fallocate(code):
 
 
 def test_blocks_are_reserved_before_each_write_and_skipped_where_unsupported(tmp_path, monkeypatch):
-    from inkling_probe.store import writer as W
+    from inkling_probe.store import diskio
 
     fallocate, calls = fake_fallocate(0)
-    monkeypatch.setattr(W, "_FALLOCATE", [fallocate])
+    monkeypatch.setattr(diskio, "_FALLOCATE", [fallocate])
     write(tmp_path / "a", 2, arrays(4))
     assert sorted(n for _, n in calls) == [64 * (1024 + i) * 4 for i in range(4)]  # each own dataset's bytes
     unsupported, calls = fake_fallocate(errno.EOPNOTSUPP)
-    monkeypatch.setattr(W, "_FALLOCATE", [unsupported])
+    monkeypatch.setattr(diskio, "_FALLOCATE", [unsupported])
     write(tmp_path / "b", 0, arrays(4))
-    assert len(calls) == 1 and W._FALLOCATE == [False]  # tried once, then plain writes
+    assert len(calls) == 1 and diskio._FALLOCATE == [False]  # tried once, then plain writes
     d = inkling_probe.open(tmp_path / "b")
     assert np.array_equal(d.array("t2", 0), arrays(4)[2])
 
 
 def test_a_disk_full_found_by_the_reservation_is_one_line_naming_the_key(tmp_path, monkeypatch):
-    from inkling_probe.store import writer as W
+    from inkling_probe.store import diskio
 
     full, _ = fake_fallocate(errno.ENOSPC)
-    monkeypatch.setattr(W, "_FALLOCATE", [full])
+    monkeypatch.setattr(diskio, "_FALLOCATE", [full])
     with pytest.raises(DumpError) as e:
         write(tmp_path / "d", 2, arrays(4))
     assert str(e.value).startswith("recording 't") and "disk full" in str(e.value) and "\n" not in str(e.value)
@@ -253,20 +253,20 @@ def test_plain_h5py_reads_bf16_as_numbers_and_the_original_dtype_of_an_upcast_da
 
 def test_blocks_are_not_reserved_on_tmpfs_where_it_would_zero_them_first(tmp_path, monkeypatch):
     """On tmpfs ``fallocate`` zeroes pages the write then copies over: the writer skips it there."""
-    from inkling_probe.store import writer as W
+    from inkling_probe.store import diskio
 
     shm = "/dev/shm"
-    if not os.path.isdir(shm) or not W._in_memory(os.open(shm, os.O_RDONLY)):
+    if not os.path.isdir(shm) or not diskio._in_memory(os.open(shm, os.O_RDONLY)):
         pytest.skip("no tmpfs at /dev/shm")
     fallocate, calls = fake_fallocate(0)
-    monkeypatch.setattr(W, "_FALLOCATE", [fallocate])
+    monkeypatch.setattr(diskio, "_FALLOCATE", [fallocate])
     import tempfile
     with tempfile.TemporaryDirectory(dir=shm) as d:
         write(os.path.join(d, "a"), 0, arrays(4))
         assert calls == []
         assert np.array_equal(inkling_probe.open(os.path.join(d, "a")).array("t1", 0), arrays(4)[1])
     write(tmp_path / "b", 0, arrays(4))
-    assert W._in_memory(os.open(tmp_path, os.O_RDONLY)) or len(calls) == 4  # a disk: reserved
+    assert diskio._in_memory(os.open(tmp_path, os.O_RDONLY)) or len(calls) == 4  # a disk: reserved
 
 
 @pytest.mark.parametrize("serial", [True, False])
@@ -275,11 +275,11 @@ def test_job_threads_take_turns_at_writing_into_the_segment(tmp_path, monkeypatc
     they overlap. The dump is the same either way."""
     import time
 
-    from inkling_probe.store import writer as W
+    from inkling_probe.store import diskio, jobs
 
-    monkeypatch.setattr(W, "SERIAL_WRITES", serial)
+    monkeypatch.setattr(jobs, "SERIAL_WRITES", serial)
     inside, most, lock = [0], [0], threading.Lock()
-    real = W._pwrite_all
+    real = diskio._pwrite_all
 
     def slow_pwrite(fd, data, offset):
         with lock:
@@ -289,7 +289,7 @@ def test_job_threads_take_turns_at_writing_into_the_segment(tmp_path, monkeypatc
         real(fd, data, offset)
         with lock:
             inside[0] -= 1
-    monkeypatch.setattr(W, "_pwrite_all", slow_pwrite)
+    monkeypatch.setattr(diskio, "_pwrite_all", slow_pwrite)
     data = arrays(16)
     write(tmp_path / "d", 4, data)
     assert most[0] == 1 if serial else most[0] > 1
