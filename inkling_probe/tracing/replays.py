@@ -304,6 +304,9 @@ def claim_emit(key: int, x: torch.Tensor) -> bool:
     if recording is None:
         if cap:
             raise NotDrained(_undrained(keys.resolve(key)[0]))
+        if x.is_cuda and warming_up(x):  # no bracket, yet the graph's warm-up: keep the pool clean all the same
+            keys.deliver(key, x.detach().to("cpu"))
+            return True
         return False
     return recording.emit(key, x, cap)
 
