@@ -11,6 +11,7 @@ docs/COMPILE.md is the user's guide.
 
 def __getattr__(name):  # ``replayed`` imports torch: only when asked for (ls and compilediff read facts.py torch-free)
     if name == "replayed":
+        from inkling_probe.tracing import op  # noqa: F401  (the probe ops, bound into the sink)
         from inkling_probe.tracing.replays import replayed
 
         return replayed

@@ -34,7 +34,7 @@ import torch
 
 from inkling_probe import sink
 from inkling_probe.errors import ProbeError
-from inkling_probe.graphs.static import ALIGN, BUDGET_ENV, BudgetError, budget_bytes
+from inkling_probe.graph_budget import ALIGN, BUDGET_ENV, BudgetError, budget_bytes
 from inkling_probe.tracing import keys, steppers
 
 REPLAYED = "cudagraph"  # meta key set on every row drained from a CUDA graph replay
@@ -346,10 +346,9 @@ def replayed(fn):
     """``fn`` (a callable compiled with CUDA graphs) with each call bracketed for the active recording.
 
     For probes the program calls (:func:`inkling_probe.probe` under :func:`inkling_probe.recording`);
-    ``inkling_probe.record(compiled_module)`` brackets a module's calls by itself."""
+    ``inkling_probe.record(compiled_module)`` brackets a module's calls by itself. Reached as
+    ``inkling_probe.compiled.replayed``, which also binds the probe ops into the sink (tracing/op.py)."""
     import functools
-
-    from inkling_probe.tracing import op  # noqa: F401  (the probe ops, bound into the sink)
 
     recording = ReplayRecording()
 
