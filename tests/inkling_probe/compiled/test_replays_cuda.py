@@ -5,6 +5,7 @@ import torch
 
 import inkling_probe
 from inkling_probe.compiled.diff import compiled_vs_eager
+from inkling_probe.compiled.observer import effect
 from inkling_probe.compiled.session import record_compiled
 from inkling_probe.compiled.watch import watch
 from inkling_probe.store.reader import as_dump
@@ -45,7 +46,10 @@ class SkipReasons:
 def recorded(request, tmp_path_factory):
     """(root, logits of each recorded call, logits unrecorded, dynamo's counters) for one model (fp32)."""
     torch._dynamo.reset()
-    model = _model(request.param)
+    # transformers' Inkling MoE in fp32 copies a CPU tensor inside its forward, which no CUDA graph can
+    # capture (transformers/integrations/moe.py, measured on the H100); in bf16 it captures
+    dtype = torch.float32 if request.param == "llama" else torch.bfloat16
+    model = _model(request.param, dtype)
     root = tmp_path_factory.mktemp(request.param)
     ids = torch.arange(1, 65, device="cuda").reshape(1, 64) % 120
     c = torch.compile(model, mode="reduce-overhead")
@@ -93,13 +97,16 @@ def test_replayed_values_equal_the_warm_up_bit_for_bit(recorded):
 
 
 def test_outputs_with_probes_equal_without(recorded):
-    """fp32: recording leaves the compiled outputs as they were (bit for bit, or said how far)."""
+    """Recording leaves the compiled outputs as they were: fp32 to 1e-5; bf16 within the observer effect
+    (a probed tensor rounded to bf16 where Inductor kept fp32 in a fusion: rel_rms ~0.005 measured)."""
     name, _, out = recorded
     same = [torch.equal(logits, out["off"]) for logits in out["logits"]]
-    worst = max(float((logits - out["off"]).abs().max()) for logits in out["logits"])
-    print(f"{name}: outputs with probes bit-identical in {sum(same)} of {len(same)} calls, max_abs {worst:.3g}")
+    worst = max(effect(out["off"], logits)["rel_rms"] for logits in out["logits"])
+    print(f"{name}: outputs with probes bit-identical in {sum(same)} of {len(same)} calls, worst rel_rms {worst:.3g}")
     for logits in out["logits"]:
-        torch.testing.assert_close(logits, out["off"], rtol=1e-5, atol=1e-5)
+        if logits.dtype == torch.float32:
+            torch.testing.assert_close(logits, out["off"], rtol=1e-5, atol=1e-5)
+    assert worst < (1e-5 if out["off"].dtype == torch.float32 else 0.02)
 
 
 @pytest.mark.parametrize("name", ["llama"])
@@ -111,12 +118,14 @@ def test_record_compiled_replay_judged_against_eager(name, tmp_path):
     model = _model(name, torch.bfloat16)
     ids = torch.arange(1, 65, device="cuda").reshape(1, 64) % 120
     c = torch.compile(model, mode="reduce-overhead")
-    facts = record_compiled(lambda: c(ids), tmp_path / "ro", backend="inductor", mode="reduce-overhead", module=c)
+    mask = "*attention_mask*"  # transformers passes an explicit mask only when compiling (test_trace.py)
+    facts = record_compiled(lambda: c(ids), tmp_path / "ro", backend="inductor", mode="reduce-overhead", module=c,
+                            exclude=mask)
     obs = facts["observer"]  # bf16: a probed tensor is rounded where Inductor kept fp32 inside a fusion
     assert obs["identical"] or 0 < obs["rel_rms"] < 0.02, obs
     rows = len(as_dump(tmp_path / "ro").index)
     assert facts["cudagraph"]["replayed"] == rows > 0, (facts, rows)
-    with torch.no_grad(), inkling_probe.record(model, tmp_path / "eager"):
+    with torch.no_grad(), inkling_probe.record(model, tmp_path / "eager", exclude=mask):
         model(ids)
     res = compiled_vs_eager(tmp_path / "eager", tmp_path / "ro")
     print(res.summary())
