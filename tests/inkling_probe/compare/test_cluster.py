@@ -62,6 +62,35 @@ def test_the_cluster_gives_the_jobs_report(client, trio, monkeypatch):
         assert any("set aside" in (r.note or "") for r in on.rows) and on.diverged
 
 
+def test_many_small_keys_travel_in_batches_and_are_let_go(client, tmp_path, monkeypatch):
+    """Dask's own cost is paid per task, not per key, and the cluster holds only what is in flight: a
+    task per key (or futures kept to the end) grows with the run, as over a long decode."""
+    import torch
+
+    from dumps import write
+
+    gen = torch.Generator().manual_seed(0)
+    steps = [[(f"layers.{k}.out", torch.randn(1, 8, generator=gen)) for k in range(4)] for _ in range(50)]
+    ref = write(tmp_path / "ref", steps)
+    cand = write(tmp_path / "cand", [[(k, t * (1 + 1e-3)) for k, t in items] for items in steps])
+    monkeypatch.setattr(cluster, "BATCH_JOBS", 8)
+    pools, held = [], []
+    monkeypatch.setattr(cluster, "ClusterPool", lambda c, real=cluster.ClusterPool: pools.append(real(c)) or pools[-1])
+    real_take = parallel.ReadAhead.take
+
+    def take(self, key):
+        held.append(sum(str(k).startswith("inkling-measure-") for k in list(client.refcount)))
+        return real_take(self, key)
+
+    monkeypatch.setattr(parallel.ReadAhead, "take", take)
+    on = compare(ref, cand, cluster=client, explain=False)
+    assert _doc(on) == _doc(compare(ref, cand, jobs=1, explain=False))
+    measured = sum(1 for r in on.rows if r.status != "exact")
+    pool = pools[0]
+    assert measured == 200 and pool.sent <= measured // 8 + 2, pool.sent  # one task a key: 200
+    assert len(held) == 200 and max(held) <= pool.ahead_pairs // 8 + 1, max(held)  # futures kept: up to 25
+
+
 def _exit_once(marker: str, key: str, job, dumps=None):
     """parallel._run, except that the worker process dies the first time it is given ``key``."""
     if job.ref.key == key and not os.path.exists(marker):
