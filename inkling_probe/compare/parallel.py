@@ -346,11 +346,13 @@ def read_ahead(plan: list[list[Job]], jobs: int | None = None, min_bytes: int = 
     """Measure ``plan`` ahead in ``jobs`` worker processes (default: the cores) while the body runs;
     nothing runs ahead with one job or with less than ``min_bytes`` to read (the walker reads itself:
     a thread reading ahead cost 1.35x the wall time on 2 shared cores, docs/COMPARE.md). ``pool``: a
-    compare/cluster.py ClusterPool measuring on a Dask cluster, ``pool.jobs`` at a time, whatever the size,
-    as far ahead as its batched tasks need (``pool.ahead_pairs``, ``pool.ahead_bytes``)."""
+    compare/cluster.py ClusterPool measuring on a Dask cluster, ``pool.jobs`` at a time, whatever the total,
+    the pairs of at least ``pool.min_pair_bytes``, as far ahead as its batched tasks need
+    (``pool.ahead_pairs``, ``pool.ahead_bytes``)."""
     jobs = default_jobs() if jobs is None else jobs
-    if pool is not None:
+    if pool is not None:  # a pair too small to be worth a trip to the cluster is measured by the walker
         jobs, min_bytes = pool.jobs, 0
+        plan = [[j for j in js if j.nbytes >= pool.min_pair_bytes] for js in plan]
     total = sum(j.nbytes for js in plan for j in js)
     if (jobs <= 1 and pool is None) or total < min_bytes or active() is not None:
         yield None

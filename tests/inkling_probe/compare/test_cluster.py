@@ -49,6 +49,7 @@ def _doc(rep) -> str:
 def test_the_cluster_gives_the_jobs_report(client, trio, monkeypatch):
     ref, cand, ctl = trio
     monkeypatch.setattr(parallel, "MIN_BYTES", 0)  # small dumps: --jobs reads ahead anyway
+    monkeypatch.setattr(cluster, "MIN_PAIR_BYTES", 0)  # and the cluster measures small pairs too
     taken = []
     real = parallel.ReadAhead.take
     monkeypatch.setattr(parallel.ReadAhead, "take", lambda self, key: taken.append(real(self, key)) or taken[-1])
@@ -74,6 +75,7 @@ def test_many_small_keys_travel_in_batches_and_are_let_go(client, tmp_path, monk
     ref = write(tmp_path / "ref", steps)
     cand = write(tmp_path / "cand", [[(k, t * (1 + 1e-3)) for k, t in items] for items in steps])
     monkeypatch.setattr(cluster, "BATCH_JOBS", 8)
+    monkeypatch.setattr(cluster, "MIN_PAIR_BYTES", 0)
     pools, held = [], []
     monkeypatch.setattr(cluster, "ClusterPool", lambda c, real=cluster.ClusterPool: pools.append(real(c)) or pools[-1])
     real_take = parallel.ReadAhead.take
@@ -91,6 +93,15 @@ def test_many_small_keys_travel_in_batches_and_are_let_go(client, tmp_path, monk
     assert len(held) == 200 and max(held) <= pool.ahead_pairs // 8 + 1, max(held)  # futures kept: up to 25
 
 
+def test_pairs_too_small_for_the_trip_are_measured_here(client, trio, monkeypatch):
+    ref, cand, _ = trio
+    pools = []
+    monkeypatch.setattr(cluster, "ClusterPool", lambda c, real=cluster.ClusterPool: pools.append(real(c)) or pools[-1])
+    on = compare(ref, cand, cluster=client, decisions=["*.topk_idx"])
+    assert pools[0].sent == 0  # every key of the toy is a few KiB
+    assert _doc(on) == _doc(compare(ref, cand, jobs=1, decisions=["*.topk_idx"]))
+
+
 def _exit_once(marker: str, key: str, job, dumps=None):
     """parallel._run, except that the worker process dies the first time it is given ``key``."""
     if job.ref.key == key and not os.path.exists(marker):
@@ -103,6 +114,7 @@ def test_a_worker_lost_mid_run_is_retried_and_named(client, trio, monkeypatch, t
     ref, cand, _ = trio
     plain = compare(ref, cand, jobs=1, decisions=["*.topk_idx"])
     marker = str(tmp_path / "died")
+    monkeypatch.setattr(cluster, "MIN_PAIR_BYTES", 0)  # the toy's pairs go to the cluster
     monkeypatch.setattr(parallel, "_run", functools.partial(_exit_once, marker, "layers.2.resid"))
     on = compare(ref, cand, cluster=client, decisions=["*.topk_idx"])
     assert os.path.exists(marker)  # a worker did die on it
@@ -119,6 +131,7 @@ def test_a_task_failing_everywhere_is_measured_here(client, trio, monkeypatch):
     plain = compare(ref, cand, jobs=1, decisions=["*.topk_idx"])
     monkeypatch.setattr(parallel, "_run", test_parallel._explode)  # every task raises in its worker
     monkeypatch.setattr(cluster, "RETRIES", 1)
+    monkeypatch.setattr(cluster, "MIN_PAIR_BYTES", 0)
     on = compare(ref, cand, cluster=client, decisions=["*.topk_idx"])
     notes = [n for n in on.notes if n.startswith("cluster:")]
     assert any("submitted again" in n for n in notes) and any("measured in this process" in n for n in notes)
