@@ -64,9 +64,12 @@ def _client(cluster):
         raise ClusterError(INSTALL) from None
     if isinstance(cluster, distributed.Client):
         return cluster, False
+    import dask
+
     timeout = connect_timeout()
-    try:
-        return distributed.Client(str(cluster), timeout=timeout, set_as_default=False), True
+    try:  # no log of the last messages sent (Dask keeps 1000 under 1 MB: tasks of many jobs, ~370 KB each)
+        with dask.config.set({"distributed.admin.low-level-log-length": 0}):
+            return distributed.Client(str(cluster), timeout=timeout, set_as_default=False), True
     except Exception as e:  # unreachable, refused, malformed address: all one line
         why = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ClusterError(f"cannot reach the Dask scheduler at {cluster!r} within {timeout:g} s "

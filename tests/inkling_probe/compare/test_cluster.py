@@ -93,6 +93,18 @@ def test_many_small_keys_travel_in_batches_and_are_let_go(client, tmp_path, monk
     assert len(held) == 200 and max(held) <= pool.ahead_pairs // 8 + 1, max(held)  # futures kept: up to 25
 
 
+def test_a_client_we_start_keeps_no_log_of_the_tasks_it_sent(client):
+    """Dask logs each comm's last 1000 messages under 1 MB: a task of 256 one-row jobs is ~370 KB, so
+    a long run held ~370 MB of them in the client."""
+    c, owned = cluster._client(client.scheduler.address)
+    try:
+        assert owned and c.scheduler_comm.recent_message_log.maxlen == 0
+    finally:
+        c.close()
+    with distributed.Client(client.scheduler.address, set_as_default=False) as plain:  # Dask's default
+        assert plain.scheduler_comm.recent_message_log.maxlen > 0
+
+
 def test_pairs_too_small_for_the_trip_are_measured_here(client, trio, monkeypatch):
     ref, cand, _ = trio
     pools = []
