@@ -126,6 +126,11 @@ def _on_worker(fn, jobs: list, run: str) -> list:
     return out
 
 
+def _pair(job) -> str:
+    """The pair a job measures, as the notes name it."""
+    return f"{job.ref.key} step {job.ref.step} ({job.labels[0]} vs {job.labels[1]})"
+
+
 def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
@@ -179,7 +184,7 @@ class ClusterPool:
 
     def _submit(self, fn, jobs: list):
         key = f"inkling-measure-{self.run[:8]}-{next(self._n)}"
-        self.names[key] = [f"{j.ref.key} step {j.ref.step} ({j.labels[0]} vs {j.labels[1]})" for j in jobs]
+        self.names[key] = [_pair(j) for j in jobs]
         self.sent += 1
         return self.client.submit(_on_worker, fn, jobs, self.run, key=key, pure=False)
 
@@ -265,7 +270,7 @@ class _Member:
 
     def result(self):
         job, pool = self.batch.jobs[self.i], self.batch.pool
-        what = f"{job.ref.key} step {job.ref.step} ({job.labels[0]} vs {job.labels[1]})"
+        what = _pair(job)
         try:
             for attempt in range(RETRIES + 1):
                 try:
