@@ -16,9 +16,10 @@ The candidate is the reference plus 1e-3 relative noise, so every tensor is read
     python scripts/bench_compare.py --scale [--gib 10] [--dtype bfloat16]
                                     # issue 26: compare --jobs 1 / all cores vs h5py alone on a pair of
                                     # --gib GB on disk
-    python scripts/bench_compare.py --cluster [--gib 2] [--rounds 1]
-                                    # issue 44: compare --jobs <cores> vs a local Dask cluster of 2 and 4
-                                    # worker processes (compare --cluster) on the same pair of --gib GB
+    python scripts/bench_compare.py --cluster [--gib 10] [--rounds 3] [--tensor-mib 8]
+                                    # issue 44: compare --jobs 1 / <cores> vs a local Dask cluster of 2 and 4
+                                    # worker processes (compare --cluster) on the same pair of --gib GB;
+                                    # exits 1 unless every report is byte-identical
 """
 from __future__ import annotations
 
@@ -199,7 +200,7 @@ else:
         rep = compare(ref, cand, explain=False, cluster=mode)
     else:
         rep = compare(ref, cand, explain=False, jobs=int(mode))
-    out = {"workers": list(parallel.LAST_WORKERS.values()), "relations": marks[0] if marks else (0, 0), "rows": len(rep.rows), "diverged": rep.diverged, "doc": hashlib.sha256(json.dumps(rep.to_dict(), sort_keys=True, default=str).encode()).hexdigest()}
+    out = {"workers": [] if mode.startswith("tcp://") else list(parallel.LAST_WORKERS.values()), "relations": marks[0] if marks else (0, 0), "rows": len(rep.rows), "diverged": rep.diverged, "doc": hashlib.sha256(json.dumps(rep.to_dict(), sort_keys=True, default=str).encode()).hexdigest()}
 out.update(seconds=time.perf_counter() - t0, peak_rss=rss("VmHWM:"), base_rss=base, cpu_s=time.process_time() - c0
            + sum(w["cpu_s"] for w in out.get("workers", [])))
 print(json.dumps(out))
@@ -271,9 +272,35 @@ def _scale_pair(root: str, gb: float, tensor_mib: int, dtype: str) -> tuple[str,
     return ref, cand
 
 
-def on_cluster(root: str, gb: float, rounds: int = 1, tensor_mib: int = 64, dtype: str = "float32") -> None:
-    """compare --jobs <cores> against --cluster on a local Dask cluster of 2 and 4 worker processes
-    (one thread each), on the same pair, interleaved; the reports' hashes compared."""
+def _worker_usage(client, warm: bool = False) -> dict:
+    """Each of the cluster's worker processes: its CPU seconds and peak RSS (bytes) so far; ``warm``:
+    after importing what a measurement needs and loading the compiled pass, as a cluster that has
+    measured before has (a --jobs worker imports at start-up too, parallel._init_worker)."""
+    def usage(warm=warm):
+        import resource
+
+        if warm:
+            from inkling_probe.compare import fused, measure  # noqa: F401
+            from inkling_probe.store import dump  # noqa: F401
+
+            fused.kernel()
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        return ru.ru_utime + ru.ru_stime, ru.ru_maxrss * 1024
+
+    return client.run(usage)
+
+
+def _own_cpu() -> float:
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def on_cluster(root: str, gb: float, rounds: int = 1, tensor_mib: int = 8, dtype: str = "float32") -> bool:
+    """compare --jobs 1 and --jobs <cores> against --cluster on local Dask clusters of 2 and 4 worker
+    processes (one thread each), on the same pair, interleaved; the reports' hashes compared. True when
+    every report is byte-identical."""
     import logging
 
     import distributed
@@ -283,30 +310,62 @@ def on_cluster(root: str, gb: float, rounds: int = 1, tensor_mib: int = 64, dtyp
     t0 = time.perf_counter()
     ref, cand = _scale_pair(root, gb, tensor_mib, dtype)
     total = _dump_bytes(ref) + _dump_bytes(cand)
+    keys = len([r for r in _index(ref) if r.get("numel")])
     cores = default_jobs()
-    clusters = {n: distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                                            dashboard_address=None, silence_logs=logging.CRITICAL) for n in (2, 4)}
-    modes = {f"--jobs {cores}": str(cores)} | {f"--cluster ({n} workers)": c.scheduler_address
-                                                for n, c in clusters.items()}
-    print(f"pair: {total / 1e9:.2f} GB on disk ({tensor_mib} MiB {dtype} tensors, 1e-3 noise), ready in "
-          f"{time.perf_counter() - t0:.0f} s; {cores} cores; {rounds} round(s), interleaved; local clusters: "
-          "worker processes of one thread each on this machine")
+    clusters = {n: distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                                            worker_dashboard_address=None, silence_logs=logging.CRITICAL)
+                for n in (2, 4)}
+    clients = {n: distributed.Client(c, set_as_default=False) for n, c in clusters.items()}
+    bases = {n: _worker_usage(c, warm=True) for n, c in clients.items()}  # peak RSS after imports, per worker
+    modes = {"--jobs 1": "1"} | ({f"--jobs {cores}": str(cores)} if cores > 1 else {}) | {
+        f"--cluster, {n} workers": c.scheduler_address for n, c in clusters.items()}
+    print(f"pair: {total / 1e9:.2f} GB on disk, {keys} keys a dump ({tensor_mib} MiB {dtype} tensors, 1e-3 noise), "
+          f"ready in {time.perf_counter() - t0:.0f} s; {cores} cores; {rounds} round(s), interleaved; local clusters: "
+          "worker processes of one thread each on this machine, the scheduler in this process")
     runs = {m: [] for m in modes}
     try:
         for i in range(rounds):
             for m, arg in modes.items():
-                runs[m].append(_scale_run(arg, ref, cand))
+                n = next((n for n, c in clusters.items() if c.scheduler_address == arg), None)
+                before, own = (_worker_usage(clients[n]), _own_cpu()) if n else ({}, 0.0)
+                r = _scale_run(arg, ref, cand)
+                if n:  # the workers' and the scheduler's CPU; the workers' peak RSS over their base
+                    after = _worker_usage(clients[n])
+                    r["cpu_s"] += sum(after[w][0] - before[w][0] for w in after) + _own_cpu() - own
+                    r["worker_peak"] = max(after[w][1] - bases[n].get(w, after[w])[1] for w in after)
+                else:
+                    r["worker_peak"] = max((w["peak_rss"] - w["base_rss"] for w in r["workers"]), default=0)
+                runs[m].append(r)
             print(f"  round {i + 1}: " + "; ".join(f"{m} {runs[m][-1]['seconds']:.1f} s" for m in modes), flush=True)
     finally:
-        for c in clusters.values():
+        for c in list(clients.values()) + list(clusters.values()):
             c.close()
-    base = _median(runs[f"--jobs {cores}"])["seconds"]
+    base1 = _median(runs["--jobs 1"])["seconds"]
+    basen = _median(runs[f"--jobs {cores}"])["seconds"]
     for m in modes:
-        med = _median(runs[m])["seconds"]
-        print(f"  compare {m:<22} {med:7.1f} s wall {total / 1e6 / med:6.0f} MB/s ({base / med:.2f}x of --jobs {cores})")
+        med = _median(runs[m])
+        print(f"  compare {m:<22} {med['seconds']:6.1f} s {total / 1e9 / med['seconds']:5.2f} GB/s | "
+              f"{base1 / med['seconds']:.2f}x of --jobs 1, {basen / med['seconds']:.2f}x of --jobs {cores} | "
+              f"{med['cpu_s']:5.1f} CPU s | worker peak RSS {med['worker_peak'] / MIB:4.0f} MiB over its base | rounds "
+              + " / ".join(f"{r['seconds']:.1f}" for r in runs[m]))
     docs = {r["doc"] for rs in runs.values() for r in rs}
     print(f"  reports byte-identical across --jobs and --cluster, all rounds: {len(docs) == 1} "
           f"(sha256 of compare --json's document: {len(docs)} distinct)")
+    print("  medians over rounds; CPU s: the compare process, its --jobs workers, or the cluster's workers and "
+          "scheduler; worker peak RSS: the largest worker's, over its peak after imports (the clusters' workers "
+          f"imported and loaded the compiled pass before round 1); {cores} cores shared with other jobs: a cluster "
+          "on them cannot be faster than --jobs")
+    return len(docs) == 1
+
+
+def _index(path: str) -> list:
+    import inkling_probe
+
+    d = inkling_probe.open(path)
+    try:
+        return list(d.index)
+    finally:
+        d.close()
 
 
 def scale(root: str, gb: float, rounds: int = 1, tensor_mib: int = 64, dtype: str = "float32") -> None:
@@ -370,18 +429,24 @@ def main(argv=None) -> None:
     ap.add_argument("--scale", action="store_true", help="only: --jobs 1 / all cores vs h5py on a pair of --gib GB")
     ap.add_argument("--cluster", action="store_true",
                     help="only: --jobs <cores> vs --cluster on local Dask clusters of 2 and 4 workers, pair of --gib GB")
-    ap.add_argument("--rounds", type=int, default=3, help="--scale: rounds of the three runs (interleaved; medians)")
-    ap.add_argument("--tensor-mib", type=int, default=64, help="--scale: size of each tensor")
+    ap.add_argument("--rounds", type=int, default=3, help="--scale, --cluster: rounds of every mode (interleaved; medians)")
+    ap.add_argument("--tensor-mib", type=int, default=None,
+                    help="--scale: size of each tensor (default 64); --cluster: default 8, many keys")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="--scale: stored dtype")
     args = ap.parse_args(argv)
     root = args.keep or tempfile.mkdtemp(prefix="bench-compare-")
     os.makedirs(root, exist_ok=True)
     if args.scale or args.cluster:
         try:
-            (on_cluster if args.cluster else scale)(root, args.gib, args.rounds, args.tensor_mib, args.dtype)
+            if args.cluster:
+                same = on_cluster(root, args.gib, args.rounds, args.tensor_mib or 8, args.dtype)
+            else:
+                scale(root, args.gib, args.rounds, args.tensor_mib or 64, args.dtype)
         finally:
             if not args.keep:
                 shutil.rmtree(root, ignore_errors=True)
+        if args.cluster and not same:
+            raise SystemExit("reports differ between --jobs and --cluster")
         return
     if args.explain_bound or args.startup:
         try:

@@ -20,6 +20,7 @@ is identical whatever ``jobs`` is; only the time differs (tests/compare/test_par
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 from collections import OrderedDict
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -112,17 +113,20 @@ class Job:
 
 
 class ReadAhead:
-    """Runs the :class:`Job` list in order, ``window`` jobs ahead of the one last taken.
+    """Runs the :class:`Job` list in order, ``window`` pairs (and ``window_bytes``) ahead of the one last taken.
 
     A worker that dies (the OOM killer, a kill) takes the pool with it and every job still pending
     in it: those jobs go to a fresh pool once, and a job lost twice, or lost once the fresh pools
     are spent (:data:`MAX_POOLS`), is measured in this process by the walker, as with one job. So
     the report is the same as one job's; :meth:`notes` says what was measured again and where."""
 
-    def __init__(self, plan: list[list[Job]], jobs: int, window: int | None = None, pool=None):
+    def __init__(self, plan: list[list[Job]], jobs: int, window: int | None = None, pool=None,
+                 window_bytes: float = float("inf")):
         self.plan = plan  # per pair (walk order): its jobs
         self.jobs = jobs
         self.window = window or 2 * jobs
+        self.window_bytes = window_bytes  # and no further ahead than this much data (a cluster's batches)
+        self.upto = list(itertools.accumulate((sum(j.nbytes for j in js) for js in plan), initial=0))
         self.pending: OrderedDict[tuple, tuple[int, Future]] = OrderedDict()
         self.index = {j.key: i for i, js in enumerate(plan) for j in js}
         self.by_key = {j.key: j for js in plan for j in js}
@@ -177,7 +181,8 @@ class ReadAhead:
                 f"{len(here)} in this process ({names}); the verdict is the one job's"]
 
     def _fill(self, i: int) -> None:
-        while self.pool is not None and self.next < len(self.plan) and self.next <= i + self.window:
+        while self.pool is not None and self.next < len(self.plan) and (self.next <= i or (
+                self.next <= i + self.window and self.upto[self.next + 1] - self.upto[i] <= self.window_bytes)):
             for j in self.plan[self.next]:
                 self._submit(j, self.next)
             self.next += 1
@@ -341,15 +346,19 @@ def read_ahead(plan: list[list[Job]], jobs: int | None = None, min_bytes: int = 
     """Measure ``plan`` ahead in ``jobs`` worker processes (default: the cores) while the body runs;
     nothing runs ahead with one job or with less than ``min_bytes`` to read (the walker reads itself:
     a thread reading ahead cost 1.35x the wall time on 2 shared cores, docs/COMPARE.md). ``pool``: a
-    compare/cluster.py ClusterPool measuring on a Dask cluster, ``pool.jobs`` at a time, whatever the size."""
+    compare/cluster.py ClusterPool measuring on a Dask cluster, ``pool.jobs`` at a time, whatever the total,
+    the pairs of at least ``pool.min_pair_bytes``, as far ahead as its batched tasks need
+    (``pool.ahead_pairs``, ``pool.ahead_bytes``)."""
     jobs = default_jobs() if jobs is None else jobs
-    if pool is not None:
+    if pool is not None:  # a pair too small to be worth a trip to the cluster is measured by the walker
         jobs, min_bytes = pool.jobs, 0
+        plan = [[j for j in js if j.nbytes >= pool.min_pair_bytes] for js in plan]
     total = sum(j.nbytes for js in plan for j in js)
     if (jobs <= 1 and pool is None) or total < min_bytes or active() is not None:
         yield None
         return
-    ahead = ReadAhead(plan, jobs, pool=pool)
+    ahead = (ReadAhead(plan, jobs, pool=pool) if pool is None else
+             ReadAhead(plan, jobs, pool.ahead_pairs, pool, window_bytes=pool.ahead_bytes))
     try:
         with installed(ahead):  # measure.measure takes its results through readahead.lookup
             yield ahead

@@ -47,7 +47,8 @@ class Dump:
         rows.sort(key=lambda r: (r["step"], r["seq"], r["rank"]))
         self._set_rows(rows)
         self._files: OrderedDict[int, h5py.File] = OrderedDict()
-        self._packs: dict[tuple, np.ndarray] = {}
+        self._packs: OrderedDict[tuple, np.ndarray] = OrderedDict()
+        self._pack_bytes = 0  # the bytes of self._packs
         self._lock = threading.RLock()  # open files and packs: a read-ahead thread reads too
 
     def _set_rows(self, rows: list[dict]) -> None:
@@ -208,13 +209,14 @@ class Dump:
         last, ``PACK_CACHE_BYTES`` at most (the oldest dropped first)."""
         cache_key = (segment, path)
         with self._lock:
-            if cache_key not in self._packs:
-                array = self._read(segment, path).reshape(-1)
-                held = sum(a.nbytes for a in self._packs.values())
-                while self._packs and held + array.nbytes > PACK_CACHE_BYTES:
-                    held -= self._packs.pop(next(iter(self._packs))).nbytes
+            array = self._packs.get(cache_key)
+            if array is None:  # the bytes held are counted as packs come and go: summing them on every
+                array = self._read(segment, path).reshape(-1)  # read grew with the packs held (a decode step's each)
+                while self._packs and self._pack_bytes + array.nbytes > PACK_CACHE_BYTES:
+                    self._pack_bytes -= self._packs.popitem(last=False)[1].nbytes
                 self._packs[cache_key] = array
-            return self._packs[cache_key]
+                self._pack_bytes += array.nbytes
+            return array
 
     def _file(self, segment: int) -> h5py.File:
         """The segment's open file; at most MAX_OPEN_FILES stay open (least recently used closed)."""
@@ -232,6 +234,7 @@ class Dump:
                 f.close()
             self._files.clear()
             self._packs.clear()
+            self._pack_bytes = 0
 
     def __enter__(self):
         return self

@@ -54,7 +54,8 @@ class ForeignDump(Dump):
         rows.sort(key=lambda r: (r["step"], r["seq"], r["rank"]))
         self._set_rows(rows)  # Dump's indexes (store/dump.py)
         self._files: OrderedDict = OrderedDict()
-        self._packs: dict = {}
+        self._packs: OrderedDict = OrderedDict()
+        self._pack_bytes = 0
 
     def complete_through_step(self, rank: int = 0) -> int:
         return max((r["step"] for r in self._rows if r["rank"] == rank), default=-1)

@@ -49,6 +49,7 @@ def _doc(rep) -> str:
 def test_the_cluster_gives_the_jobs_report(client, trio, monkeypatch):
     ref, cand, ctl = trio
     monkeypatch.setattr(parallel, "MIN_BYTES", 0)  # small dumps: --jobs reads ahead anyway
+    monkeypatch.setattr(cluster, "MIN_PAIR_BYTES", 0)  # and the cluster measures small pairs too
     taken = []
     real = parallel.ReadAhead.take
     monkeypatch.setattr(parallel.ReadAhead, "take", lambda self, key: taken.append(real(self, key)) or taken[-1])
@@ -60,6 +61,57 @@ def test_the_cluster_gives_the_jobs_report(client, trio, monkeypatch):
         assert sum(t is not None for t in taken) >= len(value_rows) - 1  # the cluster's workers measured them
         assert _doc(jobs) == _doc(on)
         assert any("set aside" in (r.note or "") for r in on.rows) and on.diverged
+
+
+def test_many_small_keys_travel_in_batches_and_are_let_go(client, tmp_path, monkeypatch):
+    """Dask's own cost is paid per task, not per key, and the cluster holds only what is in flight: a
+    task per key (or futures kept to the end) grows with the run, as over a long decode."""
+    import torch
+
+    from dumps import write
+
+    gen = torch.Generator().manual_seed(0)
+    steps = [[(f"layers.{k}.out", torch.randn(1, 8, generator=gen)) for k in range(4)] for _ in range(50)]
+    ref = write(tmp_path / "ref", steps)
+    cand = write(tmp_path / "cand", [[(k, t * (1 + 1e-3)) for k, t in items] for items in steps])
+    monkeypatch.setattr(cluster, "BATCH_JOBS", 8)
+    monkeypatch.setattr(cluster, "MIN_PAIR_BYTES", 0)
+    pools, held = [], []
+    monkeypatch.setattr(cluster, "ClusterPool", lambda c, real=cluster.ClusterPool: pools.append(real(c)) or pools[-1])
+    real_take = parallel.ReadAhead.take
+
+    def take(self, key):
+        held.append(sum(str(k).startswith("inkling-measure-") for k in list(client.refcount)))
+        return real_take(self, key)
+
+    monkeypatch.setattr(parallel.ReadAhead, "take", take)
+    on = compare(ref, cand, cluster=client, explain=False)
+    assert _doc(on) == _doc(compare(ref, cand, jobs=1, explain=False))
+    measured = sum(1 for r in on.rows if r.status != "exact")
+    pool = pools[0]
+    assert measured == 200 and pool.sent <= measured // 8 + 2, pool.sent  # one task a key: 200
+    assert len(held) == 200 and max(held) <= pool.ahead_pairs // 8 + 1, max(held)  # futures kept: up to 25
+
+
+def test_a_client_we_start_keeps_no_log_of_the_tasks_it_sent(client):
+    """Dask logs each comm's last 1000 messages under 1 MB: a task of 256 one-row jobs is ~370 KB, so
+    a long run held ~370 MB of them in the client."""
+    c, owned = cluster._client(client.scheduler.address)
+    try:
+        assert owned and c.scheduler_comm.recent_message_log.maxlen == 0
+    finally:
+        c.close()
+    with distributed.Client(client.scheduler.address, set_as_default=False) as plain:  # Dask's default
+        assert plain.scheduler_comm.recent_message_log.maxlen > 0
+
+
+def test_pairs_too_small_for_the_trip_are_measured_here(client, trio, monkeypatch):
+    ref, cand, _ = trio
+    pools = []
+    monkeypatch.setattr(cluster, "ClusterPool", lambda c, real=cluster.ClusterPool: pools.append(real(c)) or pools[-1])
+    on = compare(ref, cand, cluster=client, decisions=["*.topk_idx"])
+    assert pools[0].sent == 0  # every key of the toy is a few KiB
+    assert _doc(on) == _doc(compare(ref, cand, jobs=1, decisions=["*.topk_idx"]))
 
 
 def _exit_once(marker: str, key: str, job, dumps=None):
@@ -74,6 +126,7 @@ def test_a_worker_lost_mid_run_is_retried_and_named(client, trio, monkeypatch, t
     ref, cand, _ = trio
     plain = compare(ref, cand, jobs=1, decisions=["*.topk_idx"])
     marker = str(tmp_path / "died")
+    monkeypatch.setattr(cluster, "MIN_PAIR_BYTES", 0)  # the toy's pairs go to the cluster
     monkeypatch.setattr(parallel, "_run", functools.partial(_exit_once, marker, "layers.2.resid"))
     on = compare(ref, cand, cluster=client, decisions=["*.topk_idx"])
     assert os.path.exists(marker)  # a worker did die on it
@@ -90,6 +143,7 @@ def test_a_task_failing_everywhere_is_measured_here(client, trio, monkeypatch):
     plain = compare(ref, cand, jobs=1, decisions=["*.topk_idx"])
     monkeypatch.setattr(parallel, "_run", test_parallel._explode)  # every task raises in its worker
     monkeypatch.setattr(cluster, "RETRIES", 1)
+    monkeypatch.setattr(cluster, "MIN_PAIR_BYTES", 0)
     on = compare(ref, cand, cluster=client, decisions=["*.topk_idx"])
     notes = [n for n in on.notes if n.startswith("cluster:")]
     assert any("submitted again" in n for n in notes) and any("measured in this process" in n for n in notes)

@@ -156,3 +156,38 @@ def test_the_readers_pack_cache_is_bounded_by_bytes(tmp_path, monkeypatch):
             assert np.array_equal(d.array(f"t{i}"), flat[offset: offset + n].reshape(shape))
             held = sum(a.nbytes for a in d._packs.values())
             assert 0 < held <= 9 << 20, held
+
+
+def test_a_pack_read_costs_the_same_however_many_packs_are_held(tmp_path):
+    """Over a long decode every step is a pack of its own and the cache holds thousands: a read must
+    not visit the packs held (summing their bytes on every read made reading a run quadratic)."""
+    from collections import OrderedDict
+
+    visits = {"n": 0}
+
+    class Counting(OrderedDict):
+        def values(self):
+            for v in super().values():
+                visits["n"] += 1
+                yield v
+
+        def __iter__(self):
+            for k in super().__iter__():
+                visits["n"] += 1
+                yield k
+
+    per_read = []
+    for steps in (4, 40):
+        (tmp_path / f"s{steps}").mkdir()
+        w = SegmentWriter(tmp_path / f"s{steps}", 0, 1, run_id="0123456789ab", workers=0)
+        for step in range(steps):
+            flat, spans = batch([(1, 64)] * 4, seed=step)
+            w.add_batch([row(f"t{i}", s, step=step, seq=i) for i, (_, _, s) in enumerate(spans)], flat, spans, None)
+        w.close(complete_through_step=steps - 1)
+        d = inkling_probe.open(tmp_path / f"s{steps}")
+        assert len({(r["step"], r["dataset"]) for r in d.index}) == steps  # a pack a step
+        d._packs, visits["n"] = Counting(), 0
+        for r in d.index:
+            d.array(r["key"], step=r["step"])
+        per_read.append(visits["n"] / len(d.index))
+    assert per_read[1] <= per_read[0] + 0.1, per_read  # summed every read: ~10x more at 40 steps
