@@ -54,6 +54,8 @@ class _Capture:
         self.token_dim = token_dim
         self.batch_row = batch_row  # keep this batch row only (None: every row)
         self.batch_tokens: tuple[int, int] | None = None  # (B, T) of the root's input, for "auto"
+        self._layouts: dict = {}  # eager: shape -> layout(), under batch_tokens _layouts_for
+        self._layouts_for: tuple[int, int] | None = None
 
     def learn_shape(self, module, args, kwargs):
         """Remember (B, T) from the root's first [B, T] integer input (or [B, T, H] embeddings)."""
@@ -114,26 +116,68 @@ class _Capture:
     def mapped(self, key: str) -> str:
         return self.name_map.apply(key) if self.name_map is not None else key
 
-    def emit(self, key: str, tensor: torch.Tensor) -> None:
-        name = _mapped(self.cid, key) if torch.compiler.is_compiling() else self.mapped(key)
+    def _emit_traced(self, key: str, tensor: torch.Tensor) -> None:
+        """Inside dynamo's trace: the name an assumed constant, nothing cached (no guard on a cache)."""
+        name = _mapped(self.cid, key)
         if name:
             tensor = self.cut(tensor)
             token_dim, meta = self.layout(tensor)
             sink.probe(name, tensor, token_dim=token_dim, **meta)
 
+    def _emit(self, key: str, tensor: torch.Tensor) -> None:
+        """Eager: as :meth:`_emit_traced`, with each shape's layout worked out once per (B, T)."""
+        name = self.mapped(key)
+        if name:
+            if self.batch_row is not None:
+                tensor = self.cut(tensor)
+            if self._layouts_for != self.batch_tokens or len(self._layouts) > _MAX_LAYOUTS:
+                self._layouts.clear()
+                self._layouts_for = self.batch_tokens
+            layout = self._layouts.get(tensor.shape)
+            if layout is None:
+                layout = self._layouts[tensor.shape] = self.layout(tensor)
+            sink.probe(name, tensor, token_dim=layout[0], **layout[1])
+
     def pre_hook(self, path: str):
+        prefix = _join(path, "in")
+        keys: dict = {}  # eager: a tensor argument's position or keyword -> its key, made once
+
         def hook(module, args, kwargs):
-            for key, t in flatten(list(args), _join(path, "in")):
-                self.emit(key, t)
-            for key, t in flatten(dict(kwargs), _join(path, "in")):
-                self.emit(key, t)
+            if torch.compiler.is_compiling():
+                return self._inputs_traced(prefix, args, kwargs)
+            for at, value in itertools.chain(enumerate(args), kwargs.items()):
+                if isinstance(value, torch.Tensor):
+                    key = keys.get(at)
+                    if key is None:
+                        key = keys[at] = _join(prefix, str(at))
+                    self._emit(key, value)
+                elif isinstance(value, (dict, tuple, list)):
+                    for key, t in flatten(value, _join(prefix, str(at))):
+                        self._emit(key, t)
         return hook
 
+    def _inputs_traced(self, prefix: str, args, kwargs) -> None:
+        for key, t in flatten(list(args), prefix):
+            self._emit_traced(key, t)
+        for key, t in flatten(dict(kwargs), prefix):
+            self._emit_traced(key, t)
+
     def post_hook(self, path: str):
+        whole = path or "output"
+
         def hook(module, args, kwargs, output):
-            for key, t in flatten(output, path):
-                self.emit(key or "output", t)
+            if torch.compiler.is_compiling():
+                for key, t in flatten(output, path):
+                    self._emit_traced(key or "output", t)
+            elif isinstance(output, torch.Tensor):
+                self._emit(whole, output)
+            else:
+                for key, t in flatten(output, path):
+                    self._emit(key or "output", t)
         return hook
+
+
+_MAX_LAYOUTS = 4096  # shapes a (B, T) keeps layouts of (a decode's growing cache adds a few a step)
 
 
 class _StepEachForward:

@@ -25,20 +25,21 @@ class Seen:
 
     def __init__(self):
         self._step = None
-        self._by_identity: dict[tuple, tuple] = {}  # identity -> (weakref to the storage, ref text)
+        self._by_identity: dict[tuple, tuple] = {}  # identity -> (weakref to the storage, key, call)
 
     def earlier(self, t: torch.Tensor, row: dict) -> str | None:
         """The ``ref`` text of the earlier recording of ``t`` in ``row``'s step, or None after
-        remembering ``t`` as recorded under ``row``'s key and call."""
+        remembering ``t`` as recorded under ``row``'s key and call (``row`` is ``t``'s index row:
+        its ``numel`` and ``shape`` are ``t``'s)."""
         if row["step"] != self._step:
             self._step = row["step"]
             self._by_identity.clear()
-        if t.numel() == 0:
+        if row["numel"] == 0:
             return None
-        storage = t.untyped_storage()
-        identity = (storage.data_ptr(), t.storage_offset(), t.shape, t.stride(), t.dtype, t.device, t._version)
+        storage = t.untyped_storage()  # the row's shape text stands for t.shape (one str, its hash kept)
+        identity = (storage.data_ptr(), t.storage_offset(), row["shape"], t.stride(), t.dtype, t.device, t._version)
         found = self._by_identity.get(identity)
         if found is not None and found[0]() is storage:  # alive: the address is still that storage's
-            return found[1]
-        self._by_identity[identity] = (weakref.ref(storage), schema.ref_text(row["key"], row["call"]))
+            return schema.ref_text(found[1], found[2])
+        self._by_identity[identity] = (weakref.ref(storage), row["key"], row["call"])
         return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import signal
 import socket
@@ -331,23 +332,29 @@ class Recorder:
     def _row(self, name, tensor, shard, dim, token_dim, meta, seq) -> tuple[dict, object]:
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"probe {name!r}: expected a torch.Tensor, got {type(tensor).__name__}")
-        _check_layout(name, tensor, shard, dim)
+        if shard != "replicated":
+            _check_layout(name, tensor, shard, dim)
         calls = self._calls
         call = calls.get(name, 0)
         calls[name] = call + 1
-        token_dim = _token_dim(tensor, token_dim)
-        t, token_start = _slice_tokens(tensor.detach() if tensor.requires_grad else tensor, self.settings.tokens,
-                                       token_dim)
-        if t.is_cuda and torch.cuda.is_current_stream_capturing():
-            raise SettingsError(f"probe {name!r}: eager probes cannot run inside CUDA-graph capture")
-        if not (t.is_cpu or t.is_cuda):
+        shape = tensor.shape
+        token_dim = _token_dim(len(shape), token_dim)
+        t, token_start = tensor.detach() if tensor.requires_grad else tensor, 0
+        if token_dim is not None and self.settings.tokens is not None:
+            t, token_start = _slice_tokens(t, self.settings.tokens, token_dim)
+            shape = t.shape
+        if t.is_cuda:
+            if torch.cuda.is_current_stream_capturing():
+                raise SettingsError(f"probe {name!r}: eager probes cannot run inside CUDA-graph capture")
+        elif not t.is_cpu:
             t = t.cpu()  # other devices: a synchronous copy
+        shape_text, numel = _shape_info(shape)
         row = {
             "key": name, "step": self.step_id, "seq": seq, "call": call, "rank": self.rank,
-            "shape": _shape_text(t.shape), "dtype": dtype_name(t.dtype), "storage": "",
-            "shard": shard, "dim": dim % tensor.dim() if shard == "concat" else schema.NO_DIM,
+            "shape": shape_text, "dtype": _dtype_text(t.dtype), "storage": "",
+            "shard": shard, "dim": dim % len(shape) if shard == "concat" else schema.NO_DIM,
             "token_dim": schema.NO_DIM if token_dim is None else token_dim, "token_start": token_start,
-            "numel": t.numel(), "meta": _meta_text(meta) if meta else "",
+            "numel": numel, "meta": _meta_text(meta) if meta else "",
         }
         return row, t
 
@@ -360,19 +367,26 @@ def _raiser(error: BaseException):
 
 
 @functools.lru_cache(maxsize=4096)
-def _shape_text(shape) -> str:
-    """A torch.Size's index text ('4x128'), made once per shape."""
-    return schema.shape_text(shape)
+def _shape_info(shape) -> tuple[str, int]:
+    """A torch.Size's index text ('4x128') and element count, made once per shape."""
+    return schema.shape_text(shape), math.prod(shape)
 
 
-_PLAIN = (str, int, type(None))  # exactly these types: 1, True and 1.0 are equal keys but not equal JSON
+@functools.lru_cache(maxsize=64)
+def _dtype_text(dtype) -> str:
+    """A torch.dtype's index text, made once per dtype."""
+    return dtype_name(dtype)
+
+
+_PLAIN = frozenset((str, int, type(None)))  # exactly these types: 1, True and 1.0 are equal keys but not equal JSON
 
 
 def _meta_text(meta: dict) -> str:
     """The meta's JSON (sorted keys): cached when every value is a str, int or None (hooks'
     ``batch_dim``, the model's ``kind``); ~3 us a probe otherwise (lists, floats, ...)."""
-    if not all(type(v) in _PLAIN for v in meta.values()):
-        return json.dumps(meta, sort_keys=True, default=str)
+    for v in meta.values():
+        if type(v) not in _PLAIN:
+            return json.dumps(meta, sort_keys=True, default=str)
     return _plain_meta_text(tuple(meta.items()))
 
 
@@ -411,12 +425,12 @@ def _check_layout(name: str, tensor: torch.Tensor, shard: str, dim) -> None:
         raise SettingsError(f"probe {name!r}: shard='concat' needs dim within the tensor's {tensor.dim()} dims")
 
 
-def _token_dim(t: torch.Tensor, token_dim: int | None) -> int | None:
-    """The tensor's token dim, normalised (negative dims count from the end); None if it has none."""
+def _token_dim(dims: int, token_dim: int | None) -> int | None:
+    """The token dim of a tensor of ``dims`` dims, normalised (negative dims count from the end); None
+    if it has none."""
     if token_dim is None:
         return None
-    n = t.dim()
-    return token_dim % n if -n <= token_dim < n else None
+    return token_dim % dims if -dims <= token_dim < dims else None
 
 
 def _slice_tokens(t: torch.Tensor, tokens: slice | None, token_dim: int | None):
