@@ -14,9 +14,17 @@ import torch
 from torch._higher_order_ops.effects import EffectType
 
 from inkling_probe import sink
-from inkling_probe.tracing import keys, replays, steppers
+from inkling_probe.tracing import keys, replays
 
 
+def _ordered(op):
+    """Give ``op`` a fake kernel that does nothing and an ORDERED effect (the module docstring)."""
+    op.register_fake(lambda *args: None)
+    op.register_effect(EffectType.ORDERED)
+    return op
+
+
+@_ordered
 @torch.library.custom_op("inkling_probe::emit", mutates_args=())
 def emit(x: torch.Tensor, key: int) -> None:
     """Record ``x`` under probe id ``key`` (keys.py) through the active recorder (captured into a CUDA
@@ -25,43 +33,19 @@ def emit(x: torch.Tensor, key: int) -> None:
         keys.deliver(key, x)
 
 
-@emit.register_fake
-def _emit_fake(x: torch.Tensor, key: int) -> None:
-    return None
-
-
-emit.register_effect(EffectType.ORDERED)
-
-
+@_ordered
 @torch.library.custom_op("inkling_probe::step", mutates_args=())
 def step(key: int) -> None:
     """``inkling_probe.step(**layout)`` with the layout of id ``key`` (keys.py), inside a compiled graph."""
-    if not replays.claim_step(("step", key)):
-        keys.next_step(key)
+    replays.step(("step", key))
 
 
-@step.register_fake
-def _step_fake(key: int) -> None:
-    return None
-
-
-step.register_effect(EffectType.ORDERED)
-
-
+@_ordered
 @torch.library.custom_op("inkling_probe::forward_step", mutates_args=())
 def forward_step(handle: int) -> None:
     """``record(model, steps="auto")``'s root pre-hook inside a compiled forward: its decision (step
     unless the caller stepped since the last forward) made when the node runs (hooks.py)."""
-    if not replays.claim_step(("forward", handle)):
-        steppers.run(handle)
-
-
-@forward_step.register_fake
-def _forward_step_fake(handle: int) -> None:
-    return None
-
-
-forward_step.register_effect(EffectType.ORDERED)
+    replays.step(("forward", handle))
 
 
 def traced_step(layout: dict) -> None:

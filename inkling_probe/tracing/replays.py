@@ -28,6 +28,7 @@ record nothing, and a dump that stops at the warm-up would read as complete.
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -74,10 +75,7 @@ _ACTIVE: list = []  # the ReplayRecording bracketing the call in progress (at mo
 
 
 def _nbytes(shape, dtype) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n * torch.empty((), dtype=dtype).element_size()
+    return math.prod(shape) * dtype.itemsize
 
 
 def _stamp(device) -> tuple[torch.Tensor, int]:
@@ -119,10 +117,10 @@ def _read_stamps() -> dict[int, int]:
     for device, tensors in _STAMPS.items():
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        host = [t.tolist() for t in tensors]
+        host = {id(t): t.tolist() for t in tensors}
         for s in _SETS:
             if s.stamps.device == device:
-                values[id(s)] = host[next(i for i, t in enumerate(tensors) if t is s.stamps)][s.index]
+                values[id(s)] = host[id(s.stamps)][s.index]
     return values
 
 
@@ -243,10 +241,8 @@ class ReplayRecording:
         """Bring ``s``'s arena to the host and play its events into the active recorder."""
         s.host.copy_(s.arena)  # [bytes]: waits for the replay (same stream)
         for kind, arg in s.events or ():
-            if kind == "step":
-                keys.next_step(arg)
-            elif kind == "forward":
-                steppers.run(arg)
+            if kind in STEPS:
+                STEPS[kind](arg)
             else:
                 rec = sink.active_recorder()
                 if rec is None:
@@ -309,6 +305,15 @@ def claim_emit(key: int, x: torch.Tensor) -> bool:
             return True
         return False
     return recording.emit(key, x, cap)
+
+
+STEPS = {"step": keys.next_step, "forward": steppers.run}  # a step event's kind -> what takes it
+
+
+def step(event: tuple) -> None:
+    """A ``step``/``forward_step`` node's kernel: take the step now, unless the in-graph path keeps it."""
+    if not claim_step(event):
+        STEPS[event[0]](event[1])
 
 
 def claim_step(event: tuple) -> bool:
