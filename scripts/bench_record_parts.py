@@ -20,8 +20,14 @@ side by side with the plain forward (inkling_model small bf16, 256 tokens, proce
 Beside each variant's wall time: CPU ms a forward of the recording thread, of the drain thread and of
 the writer process (all its threads), from /proc.
 
+With --peers: transformers' Inkling small bf16, 256 tokens, under ``record(model)`` (scripts/bench_record.py's
+peer protocol), each part for the default (outputs and inputs) and for outputs only, so the default's
+extra cost can be split the same way.
+
 A developer's tool (it patches internals); needs a CUDA GPU. Run: python scripts/bench_record_parts.py
-[--profile]  (--profile: then a cProfile of the recording thread for two of the variants)
+[--peers] [--profile] [--writer-profile]  (--profile: then a cProfile of the recording thread for two of
+the variants; --writer-profile: then a cProfile of the writer process, every thread, for the default
+durability's variant(s), the recording process's run repeated)
 """
 import cProfile
 import os
@@ -101,6 +107,23 @@ def bf16_batches_only(rec) -> None:
 
 
 _DISCARD = """import os
+if os.environ.get("INKLING_BENCH_WRITER_PROFILE"):  # scripts/bench_record_parts.py --writer-profile
+    import atexit, cProfile, threading
+    _out = os.environ["INKLING_BENCH_WRITER_PROFILE"]
+    _main = cProfile.Profile()
+    _main.enable()
+    atexit.register(lambda: (_main.disable(), _main.dump_stats(f"{_out}.{os.getpid()}.main")))
+    _run = threading.Thread.run
+
+    def _profiled_run(self):
+        p = cProfile.Profile()
+        p.enable()
+        try:
+            _run(self)
+        finally:
+            p.disable()
+            p.dump_stats(f"{_out}.{os.getpid()}.{self.native_id}")
+    threading.Thread.run = _profiled_run
 if os.environ.get("INKLING_BENCH_PARALLEL_WRITES") == "1":  # scripts/bench_record_parts.py only
     from inkling_probe.store import jobs as _j
     _j.SERIAL_WRITES = False
@@ -125,6 +148,8 @@ def patched_writer_env(folder: str, name: str) -> dict:
     a sitecustomize on PYTHONPATH, the product has no such switches."""
     switch = {"discards": "INKLING_BENCH_WRITER_DISCARDS", "parallel writes": "INKLING_BENCH_PARALLEL_WRITES"}
     extra = {var: "1" for word, var in switch.items() if word in name}
+    if "profiled" in name:
+        extra["INKLING_BENCH_WRITER_PROFILE"] = os.path.join(folder, "writer.prof")
     if not extra:
         return {}
     with open(os.path.join(folder, "sitecustomize.py"), "w") as f:
@@ -197,12 +222,62 @@ VARIANTS = {  # name: (durability, patch applied once the recorder's drain exist
     "durability=disk, writer threads 1": ("disk", None),
 }
 
+PEER_PARTS = {  # --peers: each part for the default and for outputs only
+    "record() only": ("writer", nothing_staged),
+    "drain, no writer": ("writer", no_writer),
+    "durability=writer": ("writer", None),
+    "durability=writer, writer discards": ("writer", None),
+    "durability=disk": ("disk", None),
+}
+PEER_VARIANTS = {f"{who}: {part}": spec for who in ("default", "outputs only") for part, spec in PEER_PARTS.items()}
+
+
+def writer_profiles(site: str, pids: dict) -> None:
+    """Print the writer process's cProfile (its threads' files merged; tottime) for each variant
+    whose writer ran profiled (``pids``: name -> the writer's pid). Call after the recordings closed."""
+    import glob
+
+    for name, pid in pids.items():
+        files = sorted(glob.glob(os.path.join(site, f"writer.prof.{pid}.*")))
+        if not files:
+            print(f"-- no writer profile for {name} (pid {pid})")
+            continue
+        print(f"-- cProfile of the writer process, {name}, every run of it ({len(files)} threads; tottime):")
+        pstats.Stats(*files).sort_stats("tottime").print_stats(30)
+
+
+def peers_model():
+    """(transformers' Inkling small in bf16 on the GPU, seeded, [1, 256] token ids): bench_record.py's peers."""
+    from transformers import InklingForCausalLM, InklingTextConfig
+
+    from bench_record import SHAPES
+
+    kwargs, _ = SHAPES["small"]
+    torch.manual_seed(0)
+    model = InklingForCausalLM(InklingTextConfig(**kwargs)).to(device="cuda", dtype=torch.bfloat16).eval()
+    return model, torch.randint(0, kwargs["vocab_size"], (1, 256), device="cuda")
+
 
 def main() -> None:
+    peers = "--peers" in sys.argv
+    variants = PEER_VARIANTS if peers else VARIANTS
     near, far = cpu_groups()
     pin_tasks(os.getpid(), near)  # the recording process on one side for every variant (plain too)
     print(f"recording process on cores {near}; 'writer far' on {far}; other writers unpinned")
-    model, ids = cuda_small_model()
+    model, ids = peers_model() if peers else cuda_small_model()
+    if "--writer-profile" in sys.argv:
+        durable = [n for n in variants if n.endswith("durability=disk")]
+        variants = {**variants, **{f"{n}, writer profiled": variants[n] for n in durable}}
+
+    def forwards(name):
+        if not peers or name == "plain":
+            for _ in range(FORWARDS):
+                model(ids)
+            return
+        with inkling_probe.record(model, inputs=name.startswith("default")):
+            for _ in range(FORWARDS):
+                inkling_probe.step()
+                model(ids)
     root = tempfile.mkdtemp(prefix="bench-parts-")
     recs = {}
     cpu = {}  # name -> [(recording thread, drain thread, writer process) CPU seconds a forward]
@@ -220,8 +295,7 @@ def main() -> None:
         drain_stat, writer_stat = threads(rec)
         c0, d0, w0 = time.thread_time(), cpu_ticks(drain_stat), cpu_ticks(writer_stat)
         t0 = time.perf_counter()
-        for _ in range(FORWARDS):
-            model(ids)
+        forwards(name)
         if rec is not None:
             inkling_probe.step()
             if hasattr(rec._writer, "wait_for_ends"):
@@ -237,7 +311,7 @@ def main() -> None:
     contexts = []
     site = tempfile.mkdtemp(prefix="bench-parts-site-")
     with torch.no_grad():
-        for name, (durability, patch) in VARIANTS.items():
+        for name, (durability, patch) in variants.items():
             extra = patched_writer_env(site, name)
             saved = {k: os.environ.get(k) for k in extra}
             os.environ.update(extra)  # the writer process starts with the recording
@@ -254,7 +328,7 @@ def main() -> None:
             if patch:
                 patch(recs[name])
             run(name)
-        names = ["plain", *VARIANTS]
+        names = ["plain", *variants]
         times = {n: [] for n in names}
         cpu.clear()
         run("plain")
@@ -262,14 +336,16 @@ def main() -> None:
             for n in names:
                 times[n].append(run(n))
         if "--profile" in sys.argv:  # where the recording thread's CPU goes, per function
-            for name in ("drain, no writer", "durability=disk"):
+            for name in [n for n in variants if n.endswith(("drain, no writer", "durability=disk"))]:
                 profile = cProfile.Profile()
                 profile.runcall(run, name)
                 print(f"-- cProfile of the recording thread, {name}, {FORWARDS} forwards (tottime):")
                 pstats.Stats(profile).sort_stats("tottime").print_stats(22)
+    profiled = {n: r._writer._proc.pid for n, r in recs.items() if "profiled" in n}
     for ctx, rec in contexts:
         sink._RECORDER = rec
         ctx.__exit__(None, None, None)
+    writer_profiles(site, profiled)
     shutil.rmtree(site, ignore_errors=True)
     mb = stored_mb(inkling_probe.open(os.path.join(root, str(len(contexts) - 1))), step=1)
     disk, d2h = disk_rate(), d2h_rate()
@@ -279,7 +355,7 @@ def main() -> None:
     for n in names:
         ratios = statistics.quantiles([a / b for a, b in zip(times[n], times["plain"])], n=4)
         c = [statistics.median(x[i] for x in cpu.get(n, [(0, 0, 0)])) * 1e3 for i in range(3)]
-        print(f"  {n:36s} {statistics.median(times[n]) * 1e3:6.1f}  {statistics.median(times[n]) / base:.2f}x "
+        print(f"  {n:50s} {statistics.median(times[n]) * 1e3:6.1f}  {statistics.median(times[n]) / base:.2f}x "
               f"[{ratios[0]:.2f}-{ratios[2]:.2f}]  +{(statistics.median(times[n]) - base) / (mb / disk):.2f} "
               f"of the write's time | CPU {c[0]:5.1f} | {c[1]:5.1f} | {c[2]:5.1f}")
     print(f"limit: {mb:.0f} MB a forward; device-to-host at pinned bandwidth ({d2h / 1e3:.1f} GB/s) "
