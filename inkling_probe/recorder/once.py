@@ -7,6 +7,12 @@ offset, shape, strides, dtype, device and version counter are equal: nothing wri
 changed its values since (every in-place op bumps the counter its views share). Then the recorder
 sends a reference row naming the earlier key (store/refs.py) instead of its bytes.
 
+A *reshaped view* counts too: a contiguous tensor with the storage, storage offset, number of
+values, dtype, device and version counter of a contiguous tensor recorded earlier holds the same
+bytes in the same order under another shape (``q_norm``'s input is ``q_proj``'s output viewed as
+heads). Its row keeps its own shape; the writer gives it a hash of its own (store/refs.py). Other
+views (transposed, sliced, expanded) hold other bytes and are stored as usual.
+
 Not seen: writes that bypass the version counter (``t.data.add_()``, a C++ extension writing through
 a raw pointer without declaring the mutation). ``INKLING_PROBE_ONCE=0`` stores every tensor again.
 References never cross steps: what a step recorded is forgotten at the next.
@@ -26,6 +32,7 @@ class Seen:
     def __init__(self):
         self._step = None
         self._by_identity: dict[tuple, tuple] = {}  # identity -> (weakref to the storage, key, call)
+        self._by_bytes: dict[tuple, tuple] = {}  # contiguous tensors: identity less shape and strides -> the same
 
     def earlier(self, t: torch.Tensor, row: dict) -> str | None:
         """The ``ref`` text of the earlier recording of ``t`` in ``row``'s step, or None after
@@ -34,12 +41,22 @@ class Seen:
         if row["step"] != self._step:
             self._step = row["step"]
             self._by_identity.clear()
+            self._by_bytes.clear()
         if row["numel"] == 0:
             return None
         storage = t.untyped_storage()  # the row's shape text stands for t.shape (one str, its hash kept)
-        identity = (storage.data_ptr(), t.storage_offset(), row["shape"], t.stride(), t.dtype, t.device, t._version)
+        where = (storage.data_ptr(), t.storage_offset())
+        identity = (*where, row["shape"], t.stride(), t.dtype, t.device, t._version)
         found = self._by_identity.get(identity)
         if found is not None and found[0]() is storage:  # alive: the address is still that storage's
             return schema.ref_text(found[1], found[2])
-        self._by_identity[identity] = (weakref.ref(storage), row["key"], row["call"])
+        same_bytes = (*where, row["numel"], t.dtype, t.device, t._version) if t.is_contiguous() else None
+        if same_bytes is not None:
+            found = self._by_bytes.get(same_bytes)
+            if found is not None and found[0]() is storage:  # a reshaped view of a recorded tensor
+                return schema.ref_text(found[1], found[2])
+        entry = (weakref.ref(storage), row["key"], row["call"])
+        self._by_identity[identity] = entry
+        if same_bytes is not None:
+            self._by_bytes[same_bytes] = entry
         return None

@@ -8,16 +8,39 @@ as for any row, and the step's crash safety is the target's (one file, one renam
 
 Only when a segment split by size (``INKLING_PROBE_SEGMENT_MB``) put the target in an earlier file
 is the row indexed in the main file with ``dataset`` empty: readers then find the target by
-``ref`` (store/dump.py). References arrive before their targets where staging batches tensors
+``ref`` (store/dump.py).
+
+A reference of another shape (a reshaped view: the same bytes in the same order, recorder/once.py)
+keeps its own ``shape``; its ``hash`` is :func:`view_hash` of the target's, as a content hash covers
+the shape: equal only for views of the same shape whose targets' hashes are equal. References arrive before their targets where staging batches tensors
 (the target still in a batch): those wait for the segment end, or across a size split.
 """
 from __future__ import annotations
+
+import xxhash
 
 from inkling_probe.store import schema
 from inkling_probe.store.stats import NAN_STATS
 
 VALUE_FIELDS = ("storage", "mean", "rms", "absmax", "nan", "inf", "hash", "dataset", "offset")
 _UNRESOLVED = {**NAN_STATS, "nan": -1, "inf": -1, "hash": b"", "dataset": "", "offset": -1}
+
+
+def view_hash(target_hash: bytes, dtype: str, shape: str) -> bytes:
+    """The ``hash`` of a reference whose shape is not its target's: XXH3-64 (hex) of
+    ``view:DTYPE:SHAPE:`` and the target's hash; empty where the target's is. Equal hashes still mean
+    equal bits (equal target bits, the same shape); never equal to a content hash but by chance."""
+    if not target_hash:
+        return b""
+    raw = target_hash.encode() if isinstance(target_hash, str) else bytes(target_hash)
+    return xxhash.xxh3_64_hexdigest(f"view:{dtype}:{shape}:".encode() + raw).encode()
+
+
+def _copy_values(row: dict, target: dict) -> None:
+    """``row`` takes ``target``'s values (VALUE_FIELDS); a view of another shape its own hash."""
+    row.update((f, target[f]) for f in VALUE_FIELDS)
+    if row["shape"] != target["shape"]:
+        row["hash"] = view_hash(target["hash"], row["dtype"], row["shape"])
 
 
 class Refs:
@@ -50,13 +73,16 @@ class Refs:
         found = targets.get(ident)
         if found is not None:
             lane, target = found
-            row.update((f, target[f]) for f in VALUE_FIELDS)
+            _copy_values(row, target)
             lane.rows.append(row)
             return True
         earlier = self._earlier.get(ident)
         if earlier is None and not final:
             return False
-        row.update({f: earlier[f] for f in VALUE_FIELDS} if earlier is not None else _UNRESOLVED)
+        if earlier is not None:
+            _copy_values(row, earlier)
+        else:
+            row.update(_UNRESOLVED)
         row["dataset"], row["offset"] = "", -1  # the target is in another file: readers follow ``ref``
         main.rows.append(row)
         return True

@@ -7,7 +7,9 @@ import pytest
 import torch
 
 import inkling_probe
+import tiny_hf
 from inkling_probe.store import schema
+from inkling_probe.store.refs import view_hash
 
 
 def _llama():
@@ -31,9 +33,15 @@ def _bytes(path) -> int:
     return sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path) if n.endswith(".h5"))
 
 
+def _inkling():
+    return tiny_hf.inkling(layers=2), torch.randint(0, 256, (2, 12))
+
+
 @pytest.mark.parametrize("writer", ["inline", "process"])
-def test_llama_defaults_read_the_same_values_in_fewer_bytes(tmp_path, writer):
-    model, ids = _llama()
+@pytest.mark.parametrize("make, views_at_least", [(_llama, 0), (_inkling, 4)], ids=["llama", "inkling"])
+def test_defaults_read_the_same_values_in_fewer_bytes(tmp_path, writer, make, views_at_least):
+    """Inkling's q_norm / k_norm inputs are q_proj's / k's outputs viewed as heads: references of their own shape."""
+    model, ids = make()
     once = _record(model, ids, tmp_path / "once", writer=writer)
     again = _record(model, ids, tmp_path / "again", writer=writer, once=False)
     rows = once.index
@@ -45,11 +53,22 @@ def test_llama_defaults_read_the_same_values_in_fewer_bytes(tmp_path, writer):
     for r, s in zip(rows, again.index):
         a, b = once.array(r["key"], r["step"], call=r["call"]), again.array(s["key"], s["step"], call=s["call"])
         assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b, equal_nan=True), r["key"]
-        assert r["hash"] == s["hash"] and r["dtype"] == s["dtype"]  # compare's same-bits shortcut holds
-    for r in refs:  # a reference names an earlier key of its own step, and points at its bytes
+        assert r["dtype"] == s["dtype"]
+    views = 0
+    for r, s in zip(rows, again.index):  # a reference names an earlier key of its own step, and points at its bytes
+        if not r["ref"]:
+            assert r["hash"] == s["hash"]  # compare's same-bits shortcut holds
+            continue
         target = next(t for t in rows if (t["key"], t["call"]) == schema.parse_ref(r["ref"]) and t["step"] == r["step"])
         assert target["seq"] < r["seq"] and not target["ref"]
         assert (r["dataset"], r["offset"]) == (target["dataset"], target["offset"])
+        if r["shape"] == target["shape"]:
+            assert r["hash"] == s["hash"]
+        else:  # a reshaped view: the same bytes, its own shape and hash
+            views += 1
+            assert r["numel"] == target["numel"] and r["hash"] == view_hash(target["hash"], r["dtype"], schema.shape_text(r["shape"])).decode()
+            assert r["hash"] != s["hash"] and r["hash"] != target["hash"]
+    assert views >= views_at_least
     assert _bytes(tmp_path / "once") < 0.8 * _bytes(tmp_path / "again")
     if writer == "inline":  # compare, ls and show read references as their targets
         from click.testing import CliRunner
@@ -81,7 +100,10 @@ def test_in_place_change_is_stored_again_and_steps_never_refer_back(tmp_path):
     with inkling_probe.recording(str(tmp_path / "d"), writer="inline"):
         inkling_probe.probe("a", x)
         inkling_probe.probe("b", x)  # the same tensor: a reference
-        inkling_probe.probe("v", x.view(64))  # another shape: stored
+        inkling_probe.probe("v", x.view(64))  # a reshaped view (same bytes, same order): a reference
+        inkling_probe.probe("t", x.t())  # transposed (other order): stored
+        inkling_probe.probe("h", x.view(torch.int32))  # another dtype: stored
+        inkling_probe.probe("e", x[:1].expand(8, 8))  # expanded: stored
         x.add_(1)  # the version counter moves
         inkling_probe.probe("c", x)
         inkling_probe.probe("d", x[2:4])  # a view (another offset): stored
@@ -90,9 +112,25 @@ def test_in_place_change_is_stored_again_and_steps_never_refer_back(tmp_path):
         inkling_probe.probe("b", x)
     d = inkling_probe.open(str(tmp_path / "d"))
     refs = {(r["key"], r["step"]): r["ref"] for r in d.index}
-    assert refs == {("a", 0): "", ("b", 0): "a", ("v", 0): "", ("c", 0): "", ("d", 0): "", ("a", 1): "",
-                    ("b", 1): "a"}
+    assert refs == {("a", 0): "", ("b", 0): "a", ("v", 0): "a", ("t", 0): "", ("h", 0): "", ("e", 0): "",
+                    ("c", 0): "", ("d", 0): "", ("a", 1): "", ("b", 1): "a"}
     assert d.array("b").sum() == 64 and d.array("c").sum() == 128 and d.array("b", step=1).sum() == 128
+    assert d.array("v").shape == (64,) and d.array("v").sum() == 64
+    v, a = d.rows("v")[0], d.rows("a")[0]
+    assert v["hash"] == view_hash(a["hash"], "float32", "64").decode() != a["hash"]
+
+
+def test_a_view_first_then_its_base(tmp_path):
+    """Either order: the base recorded after a reshaped view of it is a reference to the view."""
+    x = torch.arange(24.0)
+    with inkling_probe.recording(str(tmp_path / "d"), writer="inline"):
+        inkling_probe.probe("heads", x.view(2, 3, 4))
+        inkling_probe.probe("flat", x)
+        inkling_probe.probe("rows", x.view(6, 4))
+    d = inkling_probe.open(str(tmp_path / "d"))
+    assert [(r["key"], r["ref"]) for r in d.index] == [("heads", ""), ("flat", "heads"), ("rows", "heads")]
+    for key, shape in (("heads", (2, 3, 4)), ("flat", (24,)), ("rows", (6, 4))):
+        np.testing.assert_array_equal(d.array(key), x.view(shape).numpy())
 
 
 def test_freed_storage_at_the_same_address_is_not_a_reference(tmp_path):
@@ -117,11 +155,14 @@ def test_target_in_an_earlier_segment_is_found_by_ref(tmp_path):
         inkling_probe.probe("big", big)
         inkling_probe.probe("filler", torch.randn(256, 1024))
         inkling_probe.probe("again", big)
+        inkling_probe.probe("flat", big.view(-1))
     d = inkling_probe.open(str(tmp_path / "d"))
-    row = d.rows("again")[0]
-    assert row["ref"] == "big" and len(d.segments) >= 2
+    row, flat = d.rows("again")[0], d.rows("flat")[0]
+    assert row["ref"] == "big" and flat["ref"] == "big" and len(d.segments) >= 2
     np.testing.assert_array_equal(d.array("again"), big.numpy())
+    np.testing.assert_array_equal(d.array("flat"), big.view(-1).numpy())
     assert row["hash"] == d.rows("big")[0]["hash"]
+    assert flat["hash"] == view_hash(row["hash"], "float32", str(big.numel())).decode()
 
 
 def test_dumps_before_ref_still_read(tmp_path):
