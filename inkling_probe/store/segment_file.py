@@ -34,6 +34,18 @@ class _Pack:
     used: int = 0
 
 
+@dataclass
+class _Arena:
+    """A pack part allocated ahead for large tensors (store/arenas.py): its path, lane, the file
+    offset of its first byte, its size and how much of it is used (elements)."""
+
+    path: str
+    lane: _Lane
+    offset: int
+    size: int
+    used: int = 0
+
+
 def _close_lane(lane: _Lane, complete_through_step: int) -> None:
     """Write a lane's index and completion mark, close its file and rename it into place."""
     f = lane.file

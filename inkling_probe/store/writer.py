@@ -41,11 +41,12 @@ import numpy as np
 
 from inkling_probe.errors import DumpError
 from inkling_probe.store import schema
+from inkling_probe.store.arenas import ArenaPlan
 from inkling_probe.store.batch import Countdown, add_each, split
 from inkling_probe.store.diskio import _in_memory
 from inkling_probe.store.jobs import _Jobs, default_workers
 from inkling_probe.store.refs import Refs
-from inkling_probe.store.segment_file import (_allocated_dcpl, _close_lane, _create_allocated, _create_compressed,
+from inkling_probe.store.segment_file import (_allocated_dcpl, _Arena, _close_lane, _create_allocated, _create_compressed,
                                               _create_contiguous, _Lane, _Pack, _pack_kind, _same_pack,
                                               _set_text_attrs, _stored_type, _write_attrs)
 from inkling_probe.store.summarise import _failed, _summarise, why
@@ -86,6 +87,8 @@ class SegmentWriter:
         self._jobs = _Jobs(default_workers() if workers is None else workers)
         self.lanes = default_lanes(self._jobs.workers) if lanes is None else max(1, lanes)
         self._refs = Refs()  # reference rows (store/refs.py), indexed as the segment ends
+        self._plan = ArenaPlan()  # how large to make the next arena (store/arenas.py)
+        self._arenas: dict[str, _Arena] = {}  # stored type -> the open arena of this segment
         self._splitting = False  # the segment ends by size, mid-step
 
     def _new_lane(self) -> _Lane:
@@ -114,6 +117,7 @@ class SegmentWriter:
         f = lane.file
         self._jobs.reserve = not _in_memory(f.id.get_vfd_handle())  # asked once a segment, not a write
         self._file, self._rows, self._bytes, self._packs, self._pack_parts = f, lane.rows, 0, {}, {}
+        self._arenas = {}
         self._groups = lane.groups
         return f
 
@@ -244,8 +248,12 @@ class SegmentWriter:
             self._open_segment()
         row["dataset"], row["offset"] = "", -1
         if store and array.nbytes >= self.pack_bytes:
-            lane = self._lane_for(array.nbytes)
-            offset = self._create_dataset(lane, row, array)
+            placed = self._in_arena(row, array)
+            if placed is not None:
+                lane, offset = placed
+            else:
+                lane = self._lane_for(array.nbytes)
+                offset = self._create_dataset(lane, row, array)
             if offset is not None:  # the hash, stats and bytes are a job's
                 if on_stored is None and self._jobs.workers:
                     array = array.copy()  # the caller may reuse its buffer once add() returns
@@ -263,6 +271,39 @@ class SegmentWriter:
         self._rows.append(row)
         if on_stored is not None:
             on_stored()
+
+    def _in_arena(self, row: dict, array: np.ndarray) -> tuple | None:
+        """Place a large tensor in its stored type's arena (store/arenas.py): (lane, file offset of
+        its bytes), or None where it gets a dataset of its own (no plan for it, compression on,
+        ``INKLING_PROBE_PACK_KB=0``)."""
+        if not self.pack_bytes or self.compress != "none" or array.size == 0:
+            return None
+        kind, nbytes = _pack_kind(row, array), array.nbytes
+        arena = self._arenas.get(kind)
+        if arena is None or arena.used + array.size > arena.size:
+            capacity = self._plan.capacity(row["step"], kind, nbytes)
+            arena = self._arenas[kind] = self._new_arena(row, array, kind, capacity) if capacity else None
+        self._plan.seen(row["step"], kind, nbytes)
+        if arena is None:
+            return None
+        row["dataset"], row["offset"] = arena.path, arena.used
+        at = arena.offset + arena.used * array.itemsize
+        arena.used += array.size
+        self._bytes += nbytes
+        return arena.lane, at
+
+    def _new_arena(self, row: dict, array: np.ndarray, kind: str, capacity: int) -> _Arena:
+        """An allocated pack part of ``capacity`` bytes for ``kind`` in the lane with room."""
+        key = (row["step"], kind)
+        number = self._pack_parts.get(key, 0)
+        self._pack_parts[key] = number + 1
+        path = schema.pack_path(row["step"], kind, number)
+        group_name, name = path.rsplit("/", 1)
+        lane = self._lane_for(capacity)
+        size = capacity // array.itemsize
+        dsid = h5py.h5d.create(self._group(group_name, lane).id, name.encode(), _stored_type(row, array),
+                               h5py.h5s.create_simple((size,)), dcpl=_allocated_dcpl())
+        return _Arena(path, lane, dsid.get_offset(), size)
 
     def _create_dataset(self, lane: _Lane, row: dict, array: np.ndarray) -> int | None:
         """The tensor's own dataset in ``lane``'s file; returns the file offset its bytes go to, or
