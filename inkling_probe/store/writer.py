@@ -12,7 +12,11 @@ whatever its tensors' sizes, into parts of up to 4 MiB created with their space 
 part is one dataset, and its tensors' bytes go to it by ``pwritev`` straight from the batch buffer
 (no copy), so a GPU step of ~150 tensors creates ~15 datasets, not ~120.
 
-A tensor with a dataset of its own is written in two parts: the HDF5 file gets the dataset with its
+From the second step on, large tensors that arrive one by one go into *arenas*: pack parts
+allocated ahead, sized from the step before's sequence of large tensors (store/arenas.py), written
+in place as each arrives; a step that differs gets datasets of its own from where it differs.
+
+A tensor with a dataset of its own (or an arena's place) is written in two parts: the HDF5 file gets the dataset with its
 space allocated at once (``_create_allocated``), and a job (store/jobs.py) computes the hash and
 statistics and ``pwrite``s the bytes to that space, on a job thread where the machine has cores to
 spare. HDF5 itself is called from one thread only.
