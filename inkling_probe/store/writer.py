@@ -213,16 +213,8 @@ class SegmentWriter:
         if not part:
             return
         row, array, _ = part[0]
-        kind = _pack_kind(row, array)
-        key = (row["step"], kind)
-        number = self._pack_parts.get(key, 0)
-        self._pack_parts[key] = number + 1
-        path = schema.pack_path(row["step"], kind, number)
-        group_name, name = path.rsplit("/", 1)
-        total = sum(a.size for _, a, _ in part)
-        lane = self._lane_for(sum(a.nbytes for _, a, _ in part))
-        dsid = h5py.h5d.create(self._group(group_name, lane).id, name.encode(), _stored_type(row, array),
-                               h5py.h5s.create_simple((total,)), dcpl=_allocated_dcpl())
+        path, lane, offset = self._allocated_part(row, array, _pack_kind(row, array), sum(a.size for _, a, _ in part),
+                                                  sum(a.nbytes for _, a, _ in part))
         at = 0
         for row, array, _ in part:
             row["dataset"], row["offset"] = path, at
@@ -230,7 +222,20 @@ class SegmentWriter:
             self._bytes += array.nbytes
             lane.rows.append(row)
         handed[0] += len(part)  # from here the job calls one_stored for each (also when it fails)
-        self._jobs.submit_part(part, self._vfd(lane), dsid.get_offset(), self.dir, one_stored)
+        self._jobs.submit_part(part, self._vfd(lane), offset, self.dir, one_stored)
+
+    def _allocated_part(self, row: dict, array: np.ndarray, kind: str, size: int, nbytes: int) -> tuple:
+        """A pack part of ``size`` values of ``kind`` (``row``'s step, ``array``'s stored type), its
+        space allocated now in the lane with room for ``nbytes``: (path, lane, file offset)."""
+        key = (row["step"], kind)
+        number = self._pack_parts.get(key, 0)
+        self._pack_parts[key] = number + 1
+        path = schema.pack_path(row["step"], kind, number)
+        group_name, name = path.rsplit("/", 1)
+        lane = self._lane_for(nbytes)
+        dsid = h5py.h5d.create(self._group(group_name, lane).id, name.encode(), _stored_type(row, array),
+                               h5py.h5s.create_simple((size,)), dcpl=_allocated_dcpl())
+        return path, lane, dsid.get_offset()
 
     def add_ref(self, row: dict) -> None:
         """Add a reference row (``row["ref"]`` names an earlier tensor of the step, store/refs.py):
@@ -286,7 +291,11 @@ class SegmentWriter:
         arena = self._arenas.get(kind)
         if arena is None or arena.used + array.size > arena.size:
             capacity = self._plan.capacity(row["step"], kind, nbytes)
-            arena = self._arenas[kind] = self._new_arena(row, array, kind, capacity) if capacity else None
+            arena = None
+            if capacity:
+                size = capacity // array.itemsize
+                arena = _Arena(*self._allocated_part(row, array, kind, size, capacity), size)
+            self._arenas[kind] = arena
         self._plan.seen(row["step"], kind, nbytes)
         if arena is None:
             return None
@@ -296,18 +305,6 @@ class SegmentWriter:
         self._bytes += nbytes
         return arena.lane, at
 
-    def _new_arena(self, row: dict, array: np.ndarray, kind: str, capacity: int) -> _Arena:
-        """An allocated pack part of ``capacity`` bytes for ``kind`` in the lane with room."""
-        key = (row["step"], kind)
-        number = self._pack_parts.get(key, 0)
-        self._pack_parts[key] = number + 1
-        path = schema.pack_path(row["step"], kind, number)
-        group_name, name = path.rsplit("/", 1)
-        lane = self._lane_for(capacity)
-        size = capacity // array.itemsize
-        dsid = h5py.h5d.create(self._group(group_name, lane).id, name.encode(), _stored_type(row, array),
-                               h5py.h5s.create_simple((size,)), dcpl=_allocated_dcpl())
-        return _Arena(path, lane, dsid.get_offset(), size)
 
     def _create_dataset(self, lane: _Lane, row: dict, array: np.ndarray) -> int | None:
         """The tensor's own dataset in ``lane``'s file; returns the file offset its bytes go to, or
