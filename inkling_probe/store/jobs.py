@@ -58,18 +58,12 @@ class _Jobs:
             self._run(row, array, fd, offset, stats, folder, on_stored)
             self.check()
             return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="inkling-probe-write")
         if self.workers >= 2 and array.nbytes >= _SPLIT_BYTES:  # hash and write side by side
             left = Countdown(2, on_stored)
-            self._futures.append(self._pool.submit(self._run, row, array, fd, offset, stats, folder, left.one,
-                                                   write=False))
-            self._futures.append(self._pool.submit(self._run, row, array, fd, offset, stats, folder, left.one,
-                                                   summarise=False))
+            self._queue(self._run, row, array, fd, offset, stats, folder, left.one, write=False)
+            self._queue(self._run, row, array, fd, offset, stats, folder, left.one, summarise=False)
         else:
-            self._futures.append(self._pool.submit(self._run, row, array, fd, offset, stats, folder, on_stored))
-        if len(self._futures) > 256:
-            self._futures = [f for f in self._futures if not f.done()]
+            self._queue(self._run, row, array, fd, offset, stats, folder, on_stored)
 
     def submit_part(self, part: list, fd: int, offset: int, folder: str, one_stored) -> None:
         """Hash and summarise a pack part's tensors [(row, array, stats)] and write them back to back
@@ -78,9 +72,13 @@ class _Jobs:
             self._run_part(part, fd, offset, folder, one_stored)
             self.check()
             return
+        self._queue(self._run_part, part, fd, offset, folder, one_stored)
+
+    def _queue(self, fn, *args, **kwargs) -> None:
+        """Run ``fn`` on a job thread (the pool made at the first job); finished futures are let go."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="inkling-probe-write")
-        self._futures.append(self._pool.submit(self._run_part, part, fd, offset, folder, one_stored))
+        self._futures.append(self._pool.submit(fn, *args, **kwargs))
         if len(self._futures) > 256:
             self._futures = [f for f in self._futures if not f.done()]
 
