@@ -103,7 +103,8 @@ def main() -> None:
         med = {k: statistics.median(v) / 1e6 for k, v in spent.items()}
         own[label] = [(a - b) / 1e6 for a, b in zip(spent["add"], spent["jobs"])]
         print(f"  {label:22s} wall {med['wall']:7.1f} | writer add {med['add']:6.1f} | jobs (hash, stats, write) "
-              f"{med['jobs']:6.1f} | writer's own work {statistics.median(own[label]):5.1f} | datasets a step {made[label]}")
+              f"{med['jobs']:6.1f} | writer's own work {statistics.median(own[label]):5.1f} | "
+              f"datasets a step {made[label]}")
     a, b = statistics.median(own["arenas"]), statistics.median(own["datasets of their own"])
     print(f"  writer's own work, arenas / datasets of their own: {a / b:.2f} ({b - a:.1f} ms a forward less)")
 

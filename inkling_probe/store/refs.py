@@ -10,10 +10,12 @@ Only when a segment split by size (``INKLING_PROBE_SEGMENT_MB``) put the target 
 is the row indexed in the main file with ``dataset`` empty: readers then find the target by
 ``ref`` (store/dump.py).
 
+References arrive before their targets where staging batches tensors (the target still in a
+batch): those wait for the segment end, or across a size split.
+
 A reference of another shape (a reshaped view: the same bytes in the same order, recorder/once.py)
 keeps its own ``shape``; its ``hash`` is :func:`view_hash` of the target's, as a content hash covers
-the shape: equal only for views of the same shape whose targets' hashes are equal. References arrive before their targets where staging batches tensors
-(the target still in a batch): those wait for the segment end, or across a size split.
+the shape: equal only for views of the same shape whose targets' hashes are equal.
 """
 from __future__ import annotations
 

@@ -16,10 +16,10 @@ From the second step on, large tensors that arrive one by one go into *arenas*: 
 allocated ahead, sized from the step before's sequence of large tensors (store/arenas.py), written
 in place as each arrives; a step that differs gets datasets of its own from where it differs.
 
-A tensor with a dataset of its own (or an arena's place) is written in two parts: the HDF5 file gets the dataset with its
-space allocated at once (``_create_allocated``), and a job (store/jobs.py) computes the hash and
-statistics and ``pwrite``s the bytes to that space, on a job thread where the machine has cores to
-spare. HDF5 itself is called from one thread only.
+A tensor with a dataset of its own (or a place in an arena) is written in two parts: the HDF5 file
+gets the dataset with its space allocated at once (``_create_allocated``), and a job (store/jobs.py)
+computes the hash and statistics and ``pwrite``s the bytes to that space, on a job thread where the
+machine has cores to spare. HDF5 itself is called from one thread only.
 
 A step's large writes are spread over *lanes*: once a segment holds ``_LANE_MIN_BYTES``, further
 batch parts and own datasets go to the lane (segment file) with the fewest bytes so far, so job
@@ -50,9 +50,9 @@ from inkling_probe.store.batch import Countdown, add_each, split
 from inkling_probe.store.diskio import _in_memory
 from inkling_probe.store.jobs import _Jobs, default_workers
 from inkling_probe.store.refs import Refs
-from inkling_probe.store.segment_file import (_allocated_dcpl, _Arena, _close_lane, _create_allocated, _create_compressed,
-                                              _create_contiguous, _Lane, _Pack, _pack_kind, _same_pack,
-                                              _set_text_attrs, _stored_type, _write_attrs)
+from inkling_probe.store.segment_file import (_allocated_dcpl, _Arena, _close_lane, _create_allocated,
+                                              _create_compressed, _create_contiguous, _Lane, _Pack, _pack_kind,
+                                              _same_pack, _set_text_attrs, _stored_type, _write_attrs)
 from inkling_probe.store.summarise import _failed, _summarise, why
 
 _GZIP_MIN_BYTES = 1 << 20
