@@ -121,6 +121,33 @@ def test_in_place_change_is_stored_again_and_steps_never_refer_back(tmp_path):
     assert v["hash"] == view_hash(a["hash"], "float32", "64").decode() != a["hash"]
 
 
+def test_views_that_walk_memory_in_the_same_order(tmp_path):
+    """A transposed tensor viewed as heads (k_norm's input in transformers' Inkling) is the same bytes
+    as the transposed tensor: a reference; viewed back through another transpose it is not."""
+    conv = torch.randn(1, 8, 6).transpose(1, 2)  # [1, 6, 8], not contiguous
+    with inkling_probe.recording(str(tmp_path / "d"), writer="inline"):
+        inkling_probe.probe("conv", conv)
+        inkling_probe.probe("heads", conv.view(1, 6, 2, 4))  # the last dim split: same walk
+        inkling_probe.probe("base", conv.transpose(1, 2))  # [1, 8, 6] contiguous: another order
+        inkling_probe.probe("rows", conv.expand(3, 6, 8))  # expanded: other values
+        inkling_probe.probe("rows2", conv.expand(3, 6, 8).reshape(3, 48))  # a copy (reshape cannot view)
+    d = inkling_probe.open(str(tmp_path / "d"))
+    assert {r["key"]: r["ref"] for r in d.index} == {"conv": "", "heads": "conv", "base": "", "rows": "",
+                                                     "rows2": ""}
+    np.testing.assert_array_equal(d.array("heads"), conv.view(1, 6, 2, 4).numpy())
+    np.testing.assert_array_equal(d.array("base"), conv.transpose(1, 2).numpy())
+    np.testing.assert_array_equal(d.array("rows"), conv.expand(3, 6, 8).numpy())
+
+
+def test_walk():
+    from inkling_probe.recorder.once import walk
+
+    x = torch.zeros(2, 3, 4)
+    assert walk(x.shape, x.stride()) == walk((6, 4), (4, 1)) == walk((1, 24), (24, 1)) == ((24, 1),)
+    assert walk(x.transpose(0, 1).shape, x.transpose(0, 1).stride()) == ((3, 4), (2, 12), (4, 1))
+    assert walk((3, 4), (0, 1)) == ((3, 0), (4, 1)) and walk((3, 4), (0, 0)) == ((12, 0),)
+
+
 def test_a_view_first_then_its_base(tmp_path):
     """Either order: the base recorded after a reshaped view of it is a reference to the view."""
     x = torch.arange(24.0)
