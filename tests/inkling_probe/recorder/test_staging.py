@@ -270,6 +270,9 @@ def mixed_probes(step):
     inkling_probe.probe("b", (torch.randn(8, 40, generator=g) * 3e30).bfloat16())
     inkling_probe.probe("ids", torch.arange(7))
     inkling_probe.probe("c", torch.randn(4, 8, 9, generator=g)[:, 2:5])  # a non-contiguous view
+    h = torch.randn(6, 8, generator=g)
+    inkling_probe.probe("h", h)
+    inkling_probe.probe("h_heads", h.view(6, 2, 4))  # a reshaped view: a reference sent while h is in a batch
     inkling_probe.probe("empty", torch.zeros(0, 3))
     inkling_probe.probe("big", torch.randn(3000, generator=g))  # > capacity / 2: staged alone
     inkling_probe.probe("all_nan", torch.full((5,), float("nan")))
@@ -312,6 +315,9 @@ def test_batched_tensors_read_back_bit_exact_with_the_stats_the_host_would_compu
                 assert np.isnan(rb[k]), (rb["key"], k)
             else:
                 assert rb[k] == pytest.approx(rp[k], rel=1e-5, abs=1e-30), (rb["key"], k)
+    heads = [r for r in batched.index if r["key"] == "h_heads"]
+    assert heads and all(r["ref"] == "h" and r["shape"] == (6, 2, 4) for r in heads)
+    np.testing.assert_array_equal(batched.array("h_heads", 1), plain.array("h_heads", 1))
     a = batched.array("a", 1)
     assert a.shape == (16, 32) and np.isnan(a[0, 0]) and abs(float(a[1, 1])) < 10  # before the mul_
     st = array_stats(batched.array("c", 0), "native")
