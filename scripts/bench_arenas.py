@@ -24,25 +24,10 @@ import h5py
 import torch
 
 from bench_record import SHAPES  # this folder, on sys.path; puts the checkout on sys.path
+from profile_record_cuda import CALLS, timed  # tag -> [calls, wall ns, CPU ns]; importable without a GPU
 
 import inkling_probe
 from inkling_probe.store import arenas, jobs, writer
-
-SPENT: dict = {}  # tag -> ns
-
-
-def timed(owner, name: str, tag: str) -> None:
-    """Add the wall ns of every call of ``owner.name`` to SPENT[tag]."""
-    orig = getattr(owner, name)
-
-    def call(*a, **k):
-        t0 = time.perf_counter_ns()
-        try:
-            return orig(*a, **k)
-        finally:
-            SPENT[tag] = SPENT.get(tag, 0) + time.perf_counter_ns() - t0
-    setattr(owner, name, call)
-
 
 def datasets(root: str, step: int) -> int:
     """Tensor datasets (own and packs) the dump's step ``step`` made."""
@@ -84,7 +69,7 @@ def main() -> None:
                     inkling_probe.step()
                     model(ids)
                     inkling_probe.step()
-                    SPENT.clear()
+                    CALLS.clear()
                     t0 = time.perf_counter()
                     for _ in range(3):
                         model(ids)
@@ -92,7 +77,7 @@ def main() -> None:
                     wall = (time.perf_counter() - t0) / 3
                 made[label] = datasets(root, 2)
                 shutil.rmtree(root)
-                for tag, value in (("wall", wall * 1e9), *SPENT.items()):
+                for tag, value in (("wall", wall * 1e9), *((t, c[1]) for t, c in CALLS.items())):
                     out.setdefault(label, {}).setdefault(tag, []).append(value / (1 if tag == "wall" else 3))
     arenas.ArenaPlan.capacity = plan
     print(f"bench_arenas: transformers' Inkling {args.shape} fp32, {seq} tokens, CPU ({len(os.sched_getaffinity(0))} "
