@@ -33,8 +33,7 @@ class Seen:
 
     def __init__(self):
         self._step = None
-        self._by_identity: dict[tuple, tuple] = {}  # identity -> (weakref to the storage, key, call)
-        self._by_walk: dict[tuple, tuple] = {}  # identity with the memory walk for shape and strides -> the same
+        self._by_walk: dict[tuple, tuple] = {}  # identity -> (weakref to the storage, key, call)
 
     def earlier(self, t: torch.Tensor, row: dict) -> str | None:
         """The ``ref`` text of the earlier recording of ``t`` in ``row``'s step, or None after
@@ -42,23 +41,16 @@ class Seen:
         its ``numel`` and ``shape`` are ``t``'s)."""
         if row["step"] != self._step:
             self._step = row["step"]
-            self._by_identity.clear()
             self._by_walk.clear()
         if row["numel"] == 0:
             return None
-        storage = t.untyped_storage()  # the row's shape text stands for t.shape (one str, its hash kept)
-        where = (storage.data_ptr(), t.storage_offset())
-        identity = (*where, row["shape"], t.stride(), t.dtype, t.device, t._version)
-        found = self._by_identity.get(identity)
+        storage = t.untyped_storage()
+        # the walk stands for shape and strides: the same tensor, or a reshaped view of it
+        identity = (storage.data_ptr(), t.storage_offset(), walk(t.shape, t.stride()), t.dtype, t.device, t._version)
+        found = self._by_walk.get(identity)
         if found is not None and found[0]() is storage:  # alive: the address is still that storage's
             return schema.ref_text(found[1], found[2])
-        same_walk = (*where, walk(t.shape, t.stride()), t.dtype, t.device, t._version)
-        found = self._by_walk.get(same_walk)
-        if found is not None and found[0]() is storage:  # a reshaped view of a recorded tensor
-            return schema.ref_text(found[1], found[2])
-        entry = (weakref.ref(storage), row["key"], row["call"])
-        self._by_identity[identity] = entry
-        self._by_walk[same_walk] = entry
+        self._by_walk[identity] = (weakref.ref(storage), row["key"], row["call"])
         return None
 
 
