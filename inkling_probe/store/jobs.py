@@ -53,17 +53,21 @@ class _Jobs:
         self.reserve = True  # fallocate before writing (the segment's writer sets it: not on tmpfs)
 
     def submit(self, row: dict, array: np.ndarray, fd: int, offset: int, stats: bool, folder: str,
-               on_stored) -> None:
+               on_stored, reserve: bool = True) -> None:
+        """Hash and summarise the tensor and write its bytes at ``offset``; ``reserve``: its blocks
+        are not reserved yet (an arena's were, whole: store/arenas.py)."""
+        reserve = reserve and self.reserve
         if not self.workers:
-            self._run(row, array, fd, offset, stats, folder, on_stored)
+            self._run(row, array, fd, offset, stats, folder, on_stored, reserve=reserve)
             self.check()
             return
         if self.workers >= 2 and array.nbytes >= _SPLIT_BYTES:  # hash and write side by side
             left = Countdown(2, on_stored)
             self._queue(self._run, row, array, fd, offset, stats, folder, left.one, write=False)
-            self._queue(self._run, row, array, fd, offset, stats, folder, left.one, summarise=False)
+            self._queue(self._run, row, array, fd, offset, stats, folder, left.one, summarise=False,
+                        reserve=reserve)
         else:
-            self._queue(self._run, row, array, fd, offset, stats, folder, on_stored)
+            self._queue(self._run, row, array, fd, offset, stats, folder, on_stored, reserve=reserve)
 
     def submit_part(self, part: list, fd: int, offset: int, folder: str, one_stored) -> None:
         """Hash and summarise a pack part's tensors [(row, array, stats)] and write them back to back
@@ -99,17 +103,19 @@ class _Jobs:
             for _ in part:
                 one_stored()
 
-    def _run(self, row, array, fd, offset, stats, folder, on_stored, summarise=True, write=True) -> None:
-        """Hash and summarise the tensor, and write its bytes at ``offset`` (or one of the two)."""
+    def _run(self, row, array, fd, offset, stats, folder, on_stored, summarise=True, write=True,
+             reserve=False) -> None:
+        """Hash and summarise the tensor, and write its bytes at ``offset`` (or one of the two);
+        ``reserve``: its blocks first."""
         try:
             if self._error is None:
                 if summarise and write and array.size:
-                    self._summarise_and_write(row, array, stats, fd, offset)
+                    self._summarise_and_write(row, array, stats, fd, offset, reserve)
                 elif summarise:
                     _summarise(row, array, stats)
                 elif write and array.size:
                     with self._io(fd):
-                        if self.reserve:
+                        if reserve:
                             diskio._reserve_blocks(fd, offset, array.nbytes)
                         diskio._pwrite_all(fd, memoryview(np.ascontiguousarray(array)).cast("B"), offset)
         except Exception as e:
@@ -119,10 +125,10 @@ class _Jobs:
             if on_stored is not None:
                 on_stored()
 
-    def _summarise_and_write(self, row, array, stats, fd: int, offset: int) -> None:
+    def _summarise_and_write(self, row, array, stats, fd: int, offset: int, reserve: bool) -> None:
         """Hash, summarise and write the tensor in one pass over its memory, chunk by chunk (each
         chunk written while it is in the cache); the writes take turns as whole writes do."""
-        if self.reserve:
+        if reserve:
             with self._io(fd):
                 diskio._reserve_blocks(fd, offset, array.nbytes)
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import inkling_probe
+from inkling_probe.errors import DumpError
 from inkling_probe.store.arenas import ARENA_BYTES, ArenaPlan
 
 MB = 1 << 20
@@ -106,3 +107,59 @@ def test_pack_kb_0_and_gzip_keep_datasets_of_their_own(tmp_path):
                 inkling_probe.step()
         d = inkling_probe.open(str(tmp_path / name))
         assert all(r["offset"] == -1 and r["dataset"].startswith("/tensors/") for r in d.index), name
+
+
+def _counting_fallocate(monkeypatch, code=0):
+    """diskio's fallocate replaced by one that records (offset, bytes) and fails with ``code``;
+    the dump's file system taken as a disk (tmpfs skips reserving)."""
+    import ctypes
+
+    from inkling_probe.store import diskio, writer
+
+    calls = []
+
+    def fallocate(fd, mode, offset, nbytes):
+        calls.append(nbytes)
+        ctypes.set_errno(code)
+        return -1 if code else 0
+    monkeypatch.setattr(diskio, "_FALLOCATE", [fallocate])
+    monkeypatch.setattr(writer, "_in_memory", lambda fd: False)
+    return calls
+
+
+def test_an_arenas_blocks_are_reserved_whole_not_tensor_by_tensor(tmp_path, monkeypatch):
+    calls = _counting_fallocate(monkeypatch)
+    xs = [torch.randn(256, 512) for _ in range(20)]  # 512 KiB each
+    per_step = []
+    with inkling_probe.recording(str(tmp_path / "d"), writer="inline", writer_threads=0):
+        for step in range(3):
+            for i, x in enumerate(xs):
+                inkling_probe.probe(f"t{i}", x + step)
+            inkling_probe.step()
+            per_step.append(list(calls))
+            calls.clear()
+    assert per_step[0] == [512 * 1024] * 20  # step 0: each tensor's own dataset
+    for step in (1, 2):  # then one call an arena, its whole size (8 MiB, then the 2 MiB left)
+        assert per_step[step] == [8 * MB, 2 * MB], per_step[step]
+    d = inkling_probe.open(str(tmp_path / "d"))
+    np.testing.assert_array_equal(d.array("t19", 2), (xs[19] + 2).numpy())
+
+
+def test_a_disk_full_found_reserving_an_arena_is_one_line_naming_the_key(tmp_path, monkeypatch):
+    import errno
+
+    calls = _counting_fallocate(monkeypatch)
+    root = str(tmp_path / "d")
+    with pytest.raises(DumpError) as e:
+        with inkling_probe.recording(root, writer="inline", writer_threads=0):
+            for step in range(2):
+                if step == 1:
+                    _counting_fallocate(monkeypatch, errno.ENOSPC)
+                for i in range(4):
+                    inkling_probe.probe(f"t{i}", torch.full((256, 512), float(i + step)))
+                inkling_probe.step()
+    assert calls == [512 * 1024] * 4
+    text = str(e.value)
+    assert text.startswith("recording 't0' (step 1)") and "disk full" in text and "\n" not in text
+    d = inkling_probe.open(root)  # step 0 is whole
+    np.testing.assert_array_equal(d.array("t3", 0), np.full((256, 512), 3.0, np.float32))
