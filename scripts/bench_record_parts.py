@@ -114,6 +114,10 @@ if os.environ.get("INKLING_BENCH_WRITER_PROFILE"):  # scripts/bench_record_parts
     _main.enable()
     atexit.register(lambda: (_main.disable(), _main.dump_stats(f"{_out}.{os.getpid()}.main")))
     _run = threading.Thread.run
+import sys as _sys
+if os.environ.get("INKLING_BENCH_WRITER_PROFILE") and _sys.version_info < (3, 12):
+    # (3.12's cProfile is one sys.monitoring tool for the whole process: the main thread's sees
+    # every thread, and a second one cannot start)
 
     def _profiled_run(self):
         p = cProfile.Profile()
@@ -286,7 +290,8 @@ def main() -> None:
     def threads(rec):
         drain = getattr(rec, "_drain", None) if rec is not None else None
         proc = getattr(getattr(rec, "_writer", None), "_proc", None)
-        return (f"/proc/self/task/{drain._thread.native_id}/stat" if drain is not None else "",
+        thread = getattr(drain, "_thread", None)  # (started with the drain's first batch)
+        return (f"/proc/self/task/{thread.native_id}/stat" if thread is not None else "",
                 f"/proc/{proc.pid}/stat" if proc is not None else "")
 
     def run(name):
