@@ -296,3 +296,30 @@ def test_the_writer_process_runs_numpy_blas_on_one_thread_whatever_the_model_ask
     finally:
         w.close(0)
     assert np.array_equal(inkling_probe.open(tmp_path).array("t0", 0), step_arrays(0)[0])
+
+
+def test_reference_rows_travel_many_to_a_message_and_all_before_the_segment_ends(tmp_path, monkeypatch):
+    from inkling_probe.store import writer_process
+
+    w = ProcessWriter().open(tmp_path, 0, 1, run_id=RUN)
+    ops = []
+    send = w._send
+    monkeypatch.setattr(w, "_send", lambda header, payload=b"": (ops.append(header["op"]), send(header, payload))[1])
+    arrays = step_arrays(0)
+    for step in range(2):
+        add_step(w, step)
+        n = writer_process._REFS_A_MESSAGE + 10
+        for i in range(n):  # every one names t0 of its step (a module input that was an output)
+            w.add_ref({**row(f"r{i}", arrays[0], step, 2 + i), "ref": "t0"})
+        w.end_segment(step)
+    w.close(1)
+    # per step: the two tensors, one full message of references mid-step, the rest before the end
+    assert ops == ["add", "add", "refs", "refs", "end"] * 2 + ["close"], ops
+    d = inkling_probe.open(tmp_path)
+    assert d.complete_through_step() == 1
+    for step in range(2):
+        target = [r for r in d.index if r["key"] == "t0" and r["step"] == step][0]
+        refs = [r for r in d.index if r["key"].startswith("r") and r["step"] == step]
+        assert len(refs) == writer_process._REFS_A_MESSAGE + 10
+        assert all(r["hash"] == target["hash"] and r["dataset"] == target["dataset"] for r in refs)
+        assert np.array_equal(d.array(f"r{n - 1}", step), step_arrays(step)[0])
