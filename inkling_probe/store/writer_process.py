@@ -140,8 +140,9 @@ class ProcessWriter:
     def add_ref(self, row: dict) -> None:
         """Send a reference row (store/refs.py): no bytes. Held and sent with others, one message for
         up to ``_REFS_A_MESSAGE`` (the writer places references only when the segment ends, so
-        the end sends those held first): a message each cost the recording thread ~10 us, ~2 ms a
-        GPU forward of transformers' Inkling small under record(model)'s default."""
+        the end sends those held first). A message each cost the recording thread 6.0 us a
+        reference on the 2-core box, held 1.3 us; record(model)'s default sends ~195 a forward of
+        transformers' Inkling small."""
         self._refs.append(row)
         if len(self._refs) >= _REFS_A_MESSAGE:
             self._send_refs()
