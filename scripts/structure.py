@@ -122,10 +122,21 @@ def rooms_of(folder: str, edges: dict[str, set[str]]) -> dict:
 
 
 def main(argv: list[str]) -> int:
+    if {"-h", "--help"} & set(argv):
+        print(__doc__.strip())
+        print("\nOptions: FOLDER ... (default: model inkling_probe), --json (one JSON object a folder)")
+        return 0
+    unknown = [a for a in argv if a.startswith("-") and a != "--json"]
+    folders = [a.rstrip("/") for a in argv if not a.startswith("-")] or ["model", "inkling_probe"]
+    missing = [f for f in folders if not (ROOT / f).is_dir()]
+    if unknown or missing:  # (a folder that is not there has no loops: no all-clear for it)
+        what = f"unknown option {unknown[0]!r}" if unknown else f"{ROOT / missing[0]}: no such folder"
+        print(f"structure.py: {what} (--help)", file=sys.stderr)
+        return 2
     edges = graph()
     as_json = "--json" in argv
-    for folder in [a for a in argv if a != "--json"] or ["model", "inkling_probe"]:
-        r = rooms_of(folder.rstrip("/"), edges)
+    for folder in folders:
+        r = rooms_of(folder, edges)
         if as_json:
             print(json.dumps(r))
             continue

@@ -70,3 +70,12 @@ def test_the_script_finds_a_planted_loop_and_circle(tmp_path):
     r = s.rooms_of("src", s.graph(tmp_path))
     assert r["rooms"] == 5 and r["upward"] == [("a", "b"), ("b", "a"), ("c.py", "d.py"), ("d.py", "c.py")]
     assert r["file_circles"] == [["src/a/x.py", "src/b/y.py"], ["src/c.py", "src/d.py"]]
+
+
+def test_the_script_gives_no_all_clear_for_a_folder_that_is_not_there(capsys):
+    s = _structure()
+    assert s.main(["no_such_folder"]) == 2
+    err = capsys.readouterr().err
+    assert "no_such_folder: no such folder" in err and err.count("\n") == 1
+    assert s.main(["--loops"]) == 2 and "unknown option '--loops'" in capsys.readouterr().err
+    assert s.main(["--help"]) == 0 and "Options:" in capsys.readouterr().out
