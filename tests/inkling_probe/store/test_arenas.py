@@ -110,7 +110,7 @@ def test_pack_kb_0_and_gzip_keep_datasets_of_their_own(tmp_path):
 
 
 def _counting_fallocate(monkeypatch, code=0):
-    """diskio's fallocate replaced by one that records (offset, bytes) and fails with ``code``;
+    """diskio's fallocate replaced by one that records each call's bytes and fails with ``code``;
     the dump's file system taken as a disk (tmpfs skips reserving)."""
     import ctypes
 
