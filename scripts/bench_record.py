@@ -568,24 +568,32 @@ def cuda_main(repeats: int, steps: int, disk: float, lanes: tuple = ()) -> None:
 
 
 # -- transformers' Inkling through record(model): what users meet (issue 44) ----------------------
+def peers_model(cuda: bool):
+    """(transformers' Inkling, [1, T] token ids) of the peer protocol, seeded: small in bf16 on 256
+    tokens on the GPU; without ``cuda`` tiny in fp32 on the CPU (its own length)."""
+    import torch
+    from transformers import InklingForCausalLM, InklingTextConfig
+
+    kwargs, seq = SHAPES["small" if cuda else "tiny"]
+    seq = 256 if cuda else seq
+    device, dtype = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
+    torch.manual_seed(0)
+    model = InklingForCausalLM(InklingTextConfig(**kwargs)).to(device=device, dtype=dtype).eval()
+    return model, torch.randint(0, kwargs["vocab_size"], (1, seq), device=device)
+
+
 def peers_main(cuda: bool, repeats: int, steps: int) -> None:
     """transformers' Inkling, every module, ``steps`` forwards a run, interleaved: ``record(model)``
     with its defaults (outputs and inputs, each tensor stored once), the same with INKLING_PROBE_ONCE=0,
     outputs only, and torch.save hooks (one file per tensor, the tensor as the hook gets it). GPU:
     small in bf16 on 256 tokens; without ``cuda``: tiny in fp32 on the CPU, a smoke test."""
     import torch
-    from transformers import InklingForCausalLM, InklingTextConfig
 
     import inkling_probe
     from inkling_probe import sink
 
-    shape = "small" if cuda else "tiny"
-    kwargs, seq = SHAPES[shape]
-    seq = 256 if cuda else seq
-    device, dtype = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
-    torch.manual_seed(0)
-    model = InklingForCausalLM(InklingTextConfig(**kwargs)).to(device=device, dtype=dtype).eval()
-    ids = torch.randint(0, kwargs["vocab_size"], (1, seq), device=device)
+    model, ids = peers_model(cuda)
+    shape, seq, dtype = "small" if cuda else "tiny", ids.shape[1], model.dtype
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     root = tempfile.mkdtemp(prefix="bench-peers-")
     variants = {"record(model) default": dict(inputs=True), "record(model) default, once off": dict(inputs=True, once=False),

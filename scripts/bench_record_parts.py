@@ -40,7 +40,7 @@ import time
 
 import torch
 
-from bench_record import cuda_small_model, d2h_rate, disk_rate, stored_mb  # this folder, on sys.path
+from bench_record import cuda_small_model, d2h_rate, disk_rate, peers_model, stored_mb  # this folder, on sys.path
 
 import inkling_probe  # bench_record put the checkout on sys.path
 from inkling_probe import sink
@@ -108,26 +108,24 @@ def bf16_batches_only(rec) -> None:
 
 _DISCARD = """import os
 if os.environ.get("INKLING_BENCH_WRITER_PROFILE"):  # scripts/bench_record_parts.py --writer-profile
-    import atexit, cProfile, threading
+    import atexit, cProfile, sys, threading
     _out = os.environ["INKLING_BENCH_WRITER_PROFILE"]
     _main = cProfile.Profile()
     _main.enable()
     atexit.register(lambda: (_main.disable(), _main.dump_stats(f"{_out}.{os.getpid()}.main")))
-    _run = threading.Thread.run
-import sys as _sys
-if os.environ.get("INKLING_BENCH_WRITER_PROFILE") and _sys.version_info < (3, 12):
-    # (3.12's cProfile is one sys.monitoring tool for the whole process: the main thread's sees
-    # every thread, and a second one cannot start)
+    if sys.version_info < (3, 12):  # (3.12's cProfile is one sys.monitoring tool for the whole
+        # process: the main thread's sees every thread, and a second one cannot start)
+        _run = threading.Thread.run
 
-    def _profiled_run(self):
-        p = cProfile.Profile()
-        p.enable()
-        try:
-            _run(self)
-        finally:
-            p.disable()
-            p.dump_stats(f"{_out}.{os.getpid()}.{self.native_id}")
-    threading.Thread.run = _profiled_run
+        def _profiled_run(self):
+            p = cProfile.Profile()
+            p.enable()
+            try:
+                _run(self)
+            finally:
+                p.disable()
+                p.dump_stats(f"{_out}.{os.getpid()}.{self.native_id}")
+        threading.Thread.run = _profiled_run
 if os.environ.get("INKLING_BENCH_PARALLEL_WRITES") == "1":  # scripts/bench_record_parts.py only
     from inkling_probe.store import jobs as _j
     _j.SERIAL_WRITES = False
@@ -246,20 +244,9 @@ def writer_profiles(site: str, pids: dict) -> None:
         if not files:
             print(f"-- no writer profile for {name} (pid {pid})")
             continue
-        print(f"-- cProfile of the writer process, {name}, every run of it ({len(files)} threads; tottime):")
+        print(f"-- cProfile of the writer process, {name}, every run of it ({len(files)} profile files: one a "
+              "thread, or one for all on Python 3.12+; tottime):")
         pstats.Stats(*files).sort_stats("tottime").print_stats(30)
-
-
-def peers_model():
-    """(transformers' Inkling small in bf16 on the GPU, seeded, [1, 256] token ids): bench_record.py's peers."""
-    from transformers import InklingForCausalLM, InklingTextConfig
-
-    from bench_record import SHAPES
-
-    kwargs, _ = SHAPES["small"]
-    torch.manual_seed(0)
-    model = InklingForCausalLM(InklingTextConfig(**kwargs)).to(device="cuda", dtype=torch.bfloat16).eval()
-    return model, torch.randint(0, kwargs["vocab_size"], (1, 256), device="cuda")
 
 
 def main() -> None:
@@ -268,7 +255,7 @@ def main() -> None:
     near, far = cpu_groups()
     pin_tasks(os.getpid(), near)  # the recording process on one side for every variant (plain too)
     print(f"recording process on cores {near}; 'writer far' on {far}; other writers unpinned")
-    model, ids = peers_model() if peers else cuda_small_model()
+    model, ids = peers_model(cuda=True) if peers else cuda_small_model()
     if "--writer-profile" in sys.argv:
         durable = [n for n in variants if n.endswith("durability=disk")]
         variants = {**variants, **{f"{n}, writer profiled": variants[n] for n in durable}}

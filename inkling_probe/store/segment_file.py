@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import operator
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import h5py
 import numpy as np
@@ -23,7 +23,7 @@ class _Lane:
     rows: list
     groups: dict
     bytes: int = 0
-    fd: int = -1
+    fd: int = field(init=False)
 
     def __post_init__(self):
         self.fd = self.file.id.get_vfd_handle()

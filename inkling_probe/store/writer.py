@@ -308,7 +308,6 @@ class SegmentWriter:
         self._bytes += nbytes
         return arena.lane, at
 
-
     def _create_dataset(self, lane: _Lane, row: dict, array: np.ndarray) -> int | None:
         """The tensor's own dataset in ``lane``'s file; returns the file offset its bytes go to, or
         None once written (compressed data goes through HDF5's filters)."""
