@@ -234,6 +234,11 @@ PEER_PARTS = {  # --peers: each part for the default and for outputs only
 PEER_VARIANTS = {f"{who}: {part}": spec for who in ("default", "outputs only") for part, spec in PEER_PARTS.items()}
 
 
+# where a step's end spends its time: the functions between step() and the step on disk
+STEP_END_WRITER = r"writer\.py.*\((end_segment|_finish|_write_packs)\)|segment_file\.py.*_close_lane|refs\.py.*place|jobs\.py.*\(wait\)|writer_process\.py.*_apply"
+STEP_END_RECORDING = r"recorder\.py.*(next_step|_end_step)|drain\.py.*flush|writer_process\.py.*(_ack|end_segment|_send)"
+
+
 def writer_profiles(site: str, pids: dict) -> None:
     """Print the writer process's cProfile (its threads' files merged; tottime) for each variant
     whose writer ran profiled (``pids``: name -> the writer's pid). Call after the recordings closed."""
@@ -246,7 +251,10 @@ def writer_profiles(site: str, pids: dict) -> None:
             continue
         print(f"-- cProfile of the writer process, {name}, every run of it ({len(files)} profile files: one a "
               "thread, or one for all on Python 3.12+; tottime):")
-        pstats.Stats(*files).sort_stats("tottime").print_stats(30)
+        stats = pstats.Stats(*files)
+        stats.sort_stats("tottime").print_stats(30)
+        print("-- the same, the step's end in the writer (cumulative: wall time in each, job threads' waits included):")
+        stats.sort_stats("cumulative").print_stats(STEP_END_WRITER)
 
 
 def main() -> None:
@@ -333,6 +341,8 @@ def main() -> None:
                 profile.runcall(run, name)
                 print(f"-- cProfile of the recording thread, {name}, {FORWARDS} forwards (tottime):")
                 pstats.Stats(profile).sort_stats("tottime").print_stats(22)
+                print("-- the same, the step's end on the recording thread (cumulative):")
+                pstats.Stats(profile).sort_stats("cumulative").print_stats(STEP_END_RECORDING)
     profiled = {n: r._writer._proc.pid for n, r in recs.items() if "profiled" in n}
     for ctx, rec in contexts:
         sink._RECORDER = rec
