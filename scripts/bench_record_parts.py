@@ -25,7 +25,7 @@ peer protocol), each part for the default (outputs and inputs) and for outputs o
 extra cost can be split the same way.
 
 A developer's tool (it patches internals); needs a CUDA GPU. Run: python scripts/bench_record_parts.py
-[--peers] [--profile] [--writer-profile]  (--profile: then a cProfile of the recording thread for two of
+[--peers] [--profile] [--writer-profile]  (--profile: then a cProfile of the recording thread for three of
 the variants; --writer-profile: then a cProfile of the writer process, every thread, for the default
 durability's variant(s), the recording process's run repeated)
 """
@@ -237,6 +237,8 @@ PEER_VARIANTS = {f"{who}: {part}": spec for who in ("default", "outputs only") f
 # where a step's end spends its time: the functions between step() and the step on disk
 STEP_END_WRITER = r"writer\.py.*\((end_segment|_finish|_write_packs)\)|segment_file\.py.*_close_lane|refs\.py.*place|jobs\.py.*\(wait\)|writer_process\.py.*_apply"
 STEP_END_RECORDING = r"recorder\.py.*(next_step|_end_step)|drain\.py.*flush|writer_process\.py.*(_ack|end_segment|_send)"
+# and where a probe's time goes on the recording thread (the hooks, torch.compiler.disable's wrapper, the recorder)
+PROBE_PATH = STEP_END_RECORDING + r"|inkling_probe/(hooks|sink)\.py|recorder/(recorder|once|drain|step_batch|staging)\.py|eval_frame"
 
 
 def writer_profiles(site: str, pids: dict) -> None:
@@ -336,13 +338,13 @@ def main() -> None:
             for n in names:
                 times[n].append(run(n))
         if "--profile" in sys.argv:  # where the recording thread's CPU goes, per function
-            for name in [n for n in variants if n.endswith(("drain, no writer", "durability=disk"))]:
+            for name in [n for n in variants if n.endswith(("record() only", "drain, no writer", "durability=disk"))]:
                 profile = cProfile.Profile()
                 profile.runcall(run, name)
                 print(f"-- cProfile of the recording thread, {name}, {FORWARDS} forwards (tottime):")
                 pstats.Stats(profile).sort_stats("tottime").print_stats(22)
-                print("-- the same, the step's end on the recording thread (cumulative):")
-                pstats.Stats(profile).sort_stats("cumulative").print_stats(STEP_END_RECORDING)
+                print("-- the same, the probes' path and the step's end on the recording thread (cumulative):")
+                pstats.Stats(profile).sort_stats("cumulative").print_stats(PROBE_PATH)
     profiled = {n: r._writer._proc.pid for n, r in recs.items() if "profiled" in n}
     for ctx, rec in contexts:
         sink._RECORDER = rec
