@@ -6,7 +6,10 @@ medians of interleaved runs. One run is ``--steps`` forwards in a row (a step ea
 recording, the wait until the last step is on disk: a writer slower than the model shows, and no
 run's writing spills into the next one's time. Each (shape, cores) cell runs in its own process pinned to
 that many cores (the writer process inherits the pinning), so "1 core" means the writer competes
-with the model. Also measured: the writer's start cost in the recording process, and the start-up
+with the model. Two floors: the bytes' own cost alone (hashed, summarised and written in a loop,
+:func:`floor`) and the same work done from forward hooks in the same rounds
+(:func:`floor_in_forward_run`: what the simplest recorder, with no rows, datasets or index, pays in
+a forward). Also measured: the writer's start cost in the recording process, and the start-up
 of the torch-free read commands (`ls`, `show`) against `python -c "import h5py, numpy"`.
 
 Run:  .venv/bin/python scripts/bench_record.py [--shapes tiny,small,1gb] [--cores 1,2] [--repeats 7]
@@ -92,6 +95,9 @@ def prune(root: str) -> None:
     folders = sorted((e for e in os.scandir(root) if e.name.startswith("pt-")), key=lambda e: int(e.name[3:]))
     for e in folders[:-1]:
         shutil.rmtree(e.path)
+    for e in os.scandir(root):
+        if e.name.startswith("fl-"):  # floor_in_forward_run's files
+            os.remove(e.path)
     from inkling_probe.store import schema
     from inkling_probe.store.segments import read_segment
 
@@ -227,7 +233,7 @@ def cell(shape: str, repeats: int, steps: int) -> dict:
     saved, folder = torch_save_run(model, ids, root, steps)
     fns.update({"record inline": recorded("inline"), "record process": recorded("process"),
                 "record default": recorded("default"), "record default, once off": recorded("default, once off"),
-                "torch.save hooks": saved})
+                "torch.save hooks": saved, "floor in the forward": floor_in_forward_run(model, ids, root, steps)})
     cpu: dict = {}
     with torch.no_grad():
         times = interleaved(fns, repeats, cpu, after=lambda: prune(root))
@@ -246,6 +252,55 @@ def cell(shape: str, repeats: int, steps: int) -> dict:
         work = floor(model, ids, repeats)
     return {"times": times, "cpu": cpu, "mb": mb, "tensors": tensors, "files": hooks["files"],
             "auto": auto, "steps": steps, "floor": work, "inputs_mb": inputs_mb}
+
+
+def floor_in_forward_run(model, ids, root: str, steps: int):
+    """A run of ``steps`` forwards that does the floor's work where a recorder has to do it: forward
+    hooks on every module hash, summarise and write each output (each tensor once a forward, as
+    ``record()`` stores it: a tensor met again with the same storage, shape, strides and version is
+    skipped), chunk by chunk as the writer does (stats.hash_and_stats with a ``pwrite`` a chunk),
+    into one ``fl-N`` file a forward under ``root``; no rows, datasets, index or steps. What
+    :func:`floor` leaves out: the model's own slow-down from 90 MB a forward streamed through the
+    cache between its ops, and the hooks' dispatch. Every recorder on one core pays those too."""
+    import weakref
+
+    from inkling_probe.hooks import flatten
+    from inkling_probe.store.stats import hash_and_stats
+
+    state = {"n": 0, "fd": -1, "at": 0, "seen": {}}
+
+    def write(view, offset):
+        os.pwrite(state["fd"], view, offset)
+
+    def hook(module, args, output):
+        for _, t in flatten(output, ""):
+            storage = t.untyped_storage()
+            identity = (storage.data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t._version)
+            earlier = state["seen"].get(identity)
+            if earlier is not None and earlier() is storage:  # alive, so its address was not reused
+                continue
+            state["seen"][identity] = weakref.ref(storage)
+            array = t.detach().contiguous().numpy()
+            at = state["at"]
+            hash_and_stats(array, array.dtype.name, "native", True,
+                           lambda view, offset: write(view, at + offset))
+            state["at"] += array.nbytes
+
+    def run():
+        handles = [m.register_forward_hook(hook) for m in model.modules()]
+        try:
+            for _ in range(steps):
+                state["n"] += 1
+                state["fd"] = os.open(os.path.join(root, f"fl-{state['n']}"), os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+                state["at"], state["seen"] = 0, {}
+                try:
+                    model(ids)
+                finally:
+                    os.close(state["fd"])
+        finally:
+            for h in handles:
+                h.remove()
+    return run
 
 
 def floor(model, ids, repeats: int) -> float:
@@ -423,6 +478,14 @@ def report(results: dict, startup: dict | None) -> None:
                       f"datasets: {c['floor'] * 1e3:.1f} ms = {(per + c['floor']) / per:.2f}x of plain: torch.save / "
                       f"record can be at most {best:.2f}; record ({c['auto']}) / (plain + floor) "
                       f"{auto / (per + c['floor']):.2f} (issue 44: <= 1.1 at small and 1gb)")
+            if "floor in the forward" in t:  # the same work done from forward hooks, in the same rounds
+                inside = statistics.median(t["floor in the forward"])
+                recorded_run = statistics.median(t[f"record {c['auto']}"])
+                print(f"{'':13s} floor in the forward (the same hashing, summarising and writing from forward "
+                      f"hooks, each tensor once, nothing else): {_spread(t['floor in the forward'], plain)}; "
+                      f"record ({c['auto']}) / floor in the forward "
+                      f"{recorded_run / inside:.2f} (<= 1.1 asked of the floor); torch.save hooks / "
+                      f"floor in the forward {statistics.median(t['torch.save hooks']) / inside:.2f}")
         if "start" in res:
             s = res["start"]
             print(f"writer start ({cores} core{'s' if cores > 1 else ''}): spawn in the recording process "
