@@ -16,8 +16,6 @@ side by side with the plain forward (inkling_model small bf16, 256 tokens, proce
   ... writer far       the same, the writer process pinned to cores away from the recording process
                        (another last-level cache where the machine has several)
   durability=disk      everything, step() waiting for the step just ended (the default)
-  ... full batches only  the same with batches sealed only when full (--peers; before a step's last
-                       batches shrank: recorder/drain.py, TAIL_MIN)
 
 Beside each variant's wall time: CPU ms a forward of the recording thread, of the drain thread and of
 the writer process (all its threads), from /proc.
@@ -96,11 +94,6 @@ def no_writer(rec) -> None:
 
 def nothing_staged(rec) -> None:
     rec._staged = lambda row, t: None
-
-
-def full_batches(rec) -> None:
-    """Batches sealed only when full, as before a step's last batches shrank (drain.py, TAIL_MIN)."""
-    rec._drain._tail_due = lambda batch, dtype: False
 
 
 def no_batch_of_its_own(rec) -> None:
@@ -237,7 +230,6 @@ PEER_PARTS = {  # --peers: each part for the default and for outputs only
     "durability=writer": ("writer", None),
     "durability=writer, writer discards": ("writer", None),
     "durability=disk": ("disk", None),
-    "durability=disk, full batches only": ("disk", full_batches),
 }
 PEER_VARIANTS = {f"{who}: {part}": spec for who in ("default", "outputs only") for part, spec in PEER_PARTS.items()}
 

@@ -12,7 +12,6 @@ from inkling_probe.recorder.cudart import _stream_key
 from inkling_probe.store.batch import once as _once
 
 _STOP = object()
-TAIL_MIN = 1 << 20  # values: a step's last batches are cut no smaller than this (2 MiB of bf16)
 
 
 class Writer(Protocol):
@@ -48,11 +47,6 @@ class Drain:
     hand-over: scripts/profile_record_cuda.py). A stager waiting for ring space or pinned memory
     asks the drain that empties it (:meth:`relieve`, :meth:`cancelled`), since nothing else would
     free any.
-
-    A step's batches shrink toward its end: ``flush()`` waits for the last one to be copied, and
-    the writer for it to be hashed and written, so from what the step before batched of a dtype,
-    a batch is sealed once it holds half of what is left (down to :data:`TAIL_MIN` values), not
-    only when full. A step larger than the one before stops shrinking once it passes that size.
     """
 
     def __init__(self, stager, writer: Writer, batch=None, threaded: bool = True):
@@ -60,8 +54,6 @@ class Drain:
         self._writer = writer
         self.batch = batch  # a StepBatch (step_batch.py), or None; decides what is batched; open batches are its siblings
         self._open: dict = {}  # dtype -> the open StepBatch of that dtype
-        self._sealed: dict = {}  # dtype -> values in batches sealed so far this step
-        self._planned: dict = {}  # dtype -> values the step before batched (where this one's batches shrink)
         self.error: BaseException | None = None
         if threaded:
             self._queue: queue.Queue = queue.Queue()
@@ -120,7 +112,7 @@ class Drain:
             if open_ is None:
                 open_ = self._open[t.dtype] = batch.sibling()
             key = _stream_key(t)  # once a probe (fits and append both need it)
-            if not open_.fits(t, key) or self._tail_due(open_, t.dtype):
+            if not open_.fits(t, key):
                 self._seal(open_)
             open_.append(row, t, key)
             return
@@ -132,18 +124,8 @@ class Drain:
         host, token = self.stager.stage(t)
         self._enqueue(("one", row, host, token))
 
-    def _tail_due(self, batch, dtype) -> bool:
-        """Seal ``batch`` before it is full: it holds half of the values of ``dtype`` the step before
-        had left to batch at this point (and at least TAIL_MIN)."""
-        planned = self._planned.get(dtype)
-        if planned is None or not len(batch):
-            return False
-        left = planned - self._sealed.get(dtype, 0)
-        return left > 0 and batch.used >= max(TAIL_MIN, left // 2)
-
     def _seal(self, batch) -> None:
         if len(batch):
-            self._sealed[batch.dtype] = self._sealed.get(batch.dtype, 0) + batch.used
             self._enqueue(("batch", *batch.seal()))
 
     def flush(self) -> None:
@@ -151,7 +133,6 @@ class Drain:
         try:
             for batch in self._open.values():
                 self._seal(batch)
-            self._planned, self._sealed = self._sealed, {}
         except BaseException:
             self._forget_unqueued()
             raise

@@ -45,16 +45,6 @@ class StepBatch:
     def __len__(self) -> int:
         return len(self.rows)
 
-    @property
-    def used(self) -> int:
-        """Values of the buffer taken so far (each tensor from a row start)."""
-        return self._used
-
-    @property
-    def dtype(self):
-        """The open buffer's dtype (None while the batch is empty)."""
-        return self._buffer.dtype if self._buffer is not None else None
-
     def sibling(self) -> "StepBatch":
         """An empty batch with this one's stager, capacity and statistics setting."""
         return StepBatch(self.stager, self.capacity, self.stats)

@@ -729,36 +729,3 @@ def test_a_batch_sealed_from_another_stream_waits_for_its_own_copies(tmp_path, w
         assert np.array_equal(np.asarray(d.array("late", s)), want.numpy()), s
     assert np.array_equal(np.asarray(d.array("side", 0)), np.ones(8, np.float32))
 
-
-
-def test_a_steps_last_batches_shrink_as_planned_from_the_step_before(tmp_path, monkeypatch):
-    """step() waits for the last batch to be copied and written: from the second step on, a batch
-    is sealed once it holds half of what the step before had left (down to TAIL_MIN values), so
-    the last one is small; a step larger than the one before fills batches again once past its size.
-    What is stored is the same bytes either way."""
-    from inkling_probe.recorder import drain
-
-    monkeypatch.setattr(drain, "TAIL_MIN", 256)
-    rec, stager = batched_recording(tmp_path / "d", monkeypatch, capacity=4096)
-    batches = []  # (step, values in the batch)
-    real = rec._host_writer.write_batch
-
-    def write_batch(rows, host, spans, row_stats, done):
-        batches.append((rows[0]["step"], spans[-1][0] + spans[-1][1]))
-        return real(rows, host, spans, row_stats, done)
-    monkeypatch.setattr(rec._host_writer, "write_batch", write_batch)
-    tensors = {}
-    for step, count in enumerate((20, 20, 40)):
-        inkling_probe.step()
-        for i in range(count):
-            t = torch.randn(256, generator=torch.Generator().manual_seed(100 * step + i))
-            tensors[(f"t{i}", step)] = t
-            inkling_probe.probe(f"t{i}", t)
-    sink.stop()
-    sizes = {step: [n for s, n in batches if s == step] for step in range(3)}
-    assert sizes[0] == [4096, 1024]  # no plan yet: full batches
-    assert sizes[1] == [2560, 1280, 768, 256, 256]  # half of what is left each time: the last one small
-    assert sizes[2] == [2560, 1280, 768, 256, 256, 4096, 1024]  # past the plan's size: full batches again
-    d = inkling_probe.open(tmp_path / "d")
-    for (key, step), t in tensors.items():
-        np.testing.assert_array_equal(d.array(key, step), t.numpy())
