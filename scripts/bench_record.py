@@ -258,10 +258,11 @@ def floor_in_forward_run(model, ids, root: str, steps: int):
     """A run of ``steps`` forwards that does the floor's work where a recorder has to do it: forward
     hooks on every module hash, summarise and write each output (each tensor once a forward, as
     ``record()`` stores it: a tensor met again with the same storage, shape, strides and version is
-    skipped), chunk by chunk as the writer does (stats.hash_and_stats with a ``pwrite`` a chunk),
-    into one ``fl-N`` file a forward under ``root``; no rows, datasets, index or steps. What
-    :func:`floor` leaves out: the model's own slow-down from 90 MB a forward streamed through the
-    cache between its ops, and the hooks' dispatch. Every recorder on one core pays those too."""
+    skipped while that storage lives), chunk by chunk as the writer does (stats.hash_and_stats with a
+    ``pwrite`` a chunk), into one ``fl-N`` file a forward under ``root``; no rows, datasets, index or
+    steps. What :func:`floor` leaves out: the model's own slow-down from the forward's bytes (90 MB at
+    small) streamed through the cache between its ops, and the hooks' dispatch. Every recorder on one
+    core pays those too."""
     import weakref
 
     from inkling_probe.hooks import flatten
