@@ -257,34 +257,27 @@ def cell(shape: str, repeats: int, steps: int) -> dict:
 def floor_in_forward_run(model, ids, root: str, steps: int):
     """A run of ``steps`` forwards that does the floor's work where a recorder has to do it: forward
     hooks on every module hash, summarise and write each output (each tensor once a forward, as
-    ``record()`` stores it: a tensor met again with the same storage, shape, strides and version is
-    skipped while that storage lives), chunk by chunk as the writer does (stats.hash_and_stats with a
-    ``pwrite`` a chunk), into one ``fl-N`` file a forward under ``root``; no rows, datasets, index or
-    steps. What :func:`floor` leaves out: the model's own slow-down from the forward's bytes (90 MB at
-    small) streamed through the cache between its ops, and the hooks' dispatch. Every recorder on one
-    core pays those too."""
-    import weakref
-
+    ``record()`` stores it: recorder/once.py's ``Seen`` decides, as in the recorder), chunk by chunk as
+    the writer does (stats.hash_and_stats with a ``pwrite`` a chunk), into one ``fl-N`` file a forward
+    under ``root``; no rows, datasets, index or steps. What :func:`floor` leaves out: the model's own
+    slow-down from the forward's bytes (90 MB at small) streamed through the cache between its ops,
+    and the hooks' dispatch. Every recorder on one core pays those too."""
     from inkling_probe.hooks import flatten
+    from inkling_probe.recorder.once import Seen
     from inkling_probe.store.stats import hash_and_stats
 
-    state = {"n": 0, "fd": -1, "at": 0, "seen": {}}
-
-    def write(view, offset):
-        os.pwrite(state["fd"], view, offset)
+    state = {"n": 0, "fd": -1, "at": 0}
+    seen = Seen()
 
     def hook(module, args, output):
+        fd = state["fd"]
         for _, t in flatten(output, ""):
-            storage = t.untyped_storage()
-            identity = (storage.data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t._version)
-            earlier = state["seen"].get(identity)
-            if earlier is not None and earlier() is storage:  # alive, so its address was not reused
+            if seen.earlier(t, {"step": state["n"], "numel": t.numel(), "key": "", "call": 0}) is not None:
                 continue
-            state["seen"][identity] = weakref.ref(storage)
             array = t.detach().contiguous().numpy()
             at = state["at"]
             hash_and_stats(array, array.dtype.name, "native", True,
-                           lambda view, offset: write(view, at + offset))
+                           lambda view, offset: os.pwrite(fd, view, at + offset))
             state["at"] += array.nbytes
 
     def run():
@@ -293,7 +286,7 @@ def floor_in_forward_run(model, ids, root: str, steps: int):
             for _ in range(steps):
                 state["n"] += 1
                 state["fd"] = os.open(os.path.join(root, f"fl-{state['n']}"), os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-                state["at"], state["seen"] = 0, {}
+                state["at"] = 0
                 try:
                     model(ids)
                 finally:
@@ -479,14 +472,12 @@ def report(results: dict, startup: dict | None) -> None:
                       f"datasets: {c['floor'] * 1e3:.1f} ms = {(per + c['floor']) / per:.2f}x of plain: torch.save / "
                       f"record can be at most {best:.2f}; record ({c['auto']}) / (plain + floor) "
                       f"{auto / (per + c['floor']):.2f} (issue 44: <= 1.1 at small and 1gb)")
-            if "floor in the forward" in t:  # the same work done from forward hooks, in the same rounds
-                inside = statistics.median(t["floor in the forward"])
-                recorded_run = statistics.median(t[f"record {c['auto']}"])
+                inside = statistics.median(t["floor in the forward"]) / c["steps"]  # in the same rounds
                 print(f"{'':13s} floor in the forward (the same hashing, summarising and writing from forward "
                       f"hooks, each tensor once, nothing else): {_spread(t['floor in the forward'], plain)}; "
-                      f"record ({c['auto']}) / floor in the forward "
-                      f"{recorded_run / inside:.2f} (<= 1.1 asked of the floor); torch.save hooks / "
-                      f"floor in the forward {statistics.median(t['torch.save hooks']) / inside:.2f}")
+                      f"record ({c['auto']}) / floor in the forward {auto / inside:.2f} (<= 1.1 asked of the "
+                      f"floor); torch.save hooks / floor in the forward "
+                      f"{statistics.median(t['torch.save hooks']) / c['steps'] / inside:.2f}")
         if "start" in res:
             s = res["start"]
             print(f"writer start ({cores} core{'s' if cores > 1 else ''}): spawn in the recording process "
